@@ -1,0 +1,387 @@
+"""PRIME's math against plain float64 references written row by row from the formulas, plus
+property tests (hypothesis) for the invariants the trainer relies on."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+from verl_prime_lora import core_algos as ca
+
+EPS = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# float64 references: one Python loop per formula, no vectorisation tricks
+# ---------------------------------------------------------------------------------------------
+
+
+def groups_of(index):
+    out = {}
+    for i, key in enumerate(index):
+        out.setdefault(key, []).append(i)
+    return out
+
+
+def ref_suffix(row, gamma):
+    return [sum(gamma ** (s - t) * row[s] for s in range(t, len(row))) for t in range(len(row))]
+
+
+def ref_mean_std(values):
+    if len(values) == 1:
+        return 0.0, 1.0
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def ref_prime_grpo(rewards, mask, index, process, gamma=1.0, threshold=1e-2, norm=True, c_o=1.0, c_p=1.0):
+    rewards, mask = rewards.tolist(), mask.tolist()
+    process = None if process is None else process.tolist()
+    B, T = len(rewards), len(rewards[0])
+    adv = [[0.0] * T for _ in range(B)]
+    for members in groups_of(index).values():
+        scores = [sum(rewards[i]) for i in members]
+        mean, std = ref_mean_std(scores)
+        rbar = []
+        if process is not None:
+            for i in members:
+                length = max(sum(mask[i]), 1)
+                rbar.append(sum(process[i][t] * mask[i][t] for t in range(T)) / length)
+            pmean, pstd = ref_mean_std(rbar)
+        for k, i in enumerate(members):
+            a_o = (scores[k] - mean) / (std + EPS) if norm else scores[k] - mean
+            a_p = [0.0] * T
+            if process is not None and pstd >= threshold:
+                a_p = ref_suffix([(process[i][t] - pmean) / (pstd + EPS) * mask[i][t] for t in range(T)], gamma)
+            adv[i] = [(c_o * a_o + c_p * a_p[t]) * mask[i][t] for t in range(T)]
+    return torch.tensor(adv, dtype=torch.float64)
+
+
+def ref_prime_rloo(rewards, mask, index, process, gamma=1.0):
+    rewards, mask = rewards.tolist(), mask.tolist()
+    process = None if process is None else process.tolist()
+    B, T = len(rewards), len(rewards[0])
+    adv = [[0.0] * T for _ in range(B)]
+    for members in groups_of(index).values():
+        n = len(members)
+        scores = {i: sum(rewards[i]) for i in members}
+        rbar = {}
+        if process is not None:
+            for i in members:
+                rbar[i] = sum(process[i][t] * mask[i][t] for t in range(T)) / max(sum(mask[i]), 1)
+        for i in members:
+            others = [j for j in members if j != i]
+            a_o = scores[i] - (sum(scores[j] for j in others) / (n - 1) if others else 0.0)
+            a_p = [0.0] * T
+            if process is not None:
+                base = sum(rbar[j] for j in others) / (n - 1) if others else 0.0
+                a_p = ref_suffix([(process[i][t] - base) * mask[i][t] for t in range(T)], gamma)
+            adv[i] = [(a_o + a_p[t]) * mask[i][t] for t in range(T)]
+    return torch.tensor(adv, dtype=torch.float64)
+
+
+def make_batch(seed, groups=(3, 1, 4), T=7, shuffle=True, empty_rows=(), dtype=torch.float64):
+    """Rows of several groups, right-padded masks of random lengths, outcome reward at the last token."""
+    gen = torch.Generator().manual_seed(seed)
+    index = np.array([f"uid-{g}" for g, size in enumerate(groups) for _ in range(size)], dtype=object)
+    B = len(index)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    for row in empty_rows:
+        lengths[row] = 0
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).to(dtype)
+    outcome = torch.randint(0, 2, (B,), generator=gen).to(dtype)
+    rewards = torch.zeros(B, T, dtype=dtype)
+    rows = torch.nonzero(lengths > 0).flatten()
+    rewards[rows, lengths[rows] - 1] = outcome[rows]
+    process = torch.randn(B, T, generator=gen, dtype=dtype) * 0.3 * mask
+    if shuffle:
+        perm = torch.randperm(B, generator=gen)
+        index, mask, rewards, process = index[perm.numpy()], mask[perm], rewards[perm], process[perm]
+    return rewards, mask, index, process
+
+
+def algo_config(**prime):
+    return OmegaConf.create({"gamma": prime.pop("gamma", 1.0), "norm_adv_by_std_in_grpo": prime.pop("norm", True),
+                             "prime": prime})
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantages vs references
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9, 0.0])
+@pytest.mark.parametrize("norm", [True, False])
+def test_prime_grpo_matches_reference(gamma, norm):
+    rewards, mask, index, process = make_batch(0)
+    cfg = algo_config(gamma=gamma, norm=norm, process_std_threshold=1e-2)
+    adv, ret = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
+    expected = ref_prime_grpo(rewards, mask, index, process, gamma=gamma, norm=norm)
+    torch.testing.assert_close(adv, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ret, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+def test_prime_rloo_matches_reference(gamma):
+    rewards, mask, index, process = make_batch(1, groups=(2, 5, 1, 3))
+    adv, _ = get_adv_estimator_fn("prime_rloo")(rewards, mask, index, config=algo_config(gamma=gamma),
+                                                process_rewards=process)
+    torch.testing.assert_close(adv, ref_prime_rloo(rewards, mask, index, process, gamma), rtol=1e-10, atol=1e-10)
+
+
+def test_coefficients_scale_the_two_parts():
+    rewards, mask, index, process = make_batch(2)
+    cfg = algo_config(outcome_coef=0.5, process_coef=2.0, process_std_threshold=0.0)
+    adv, _ = ca.compute_prime_grpo_advantage(rewards, mask, index, config=cfg, process_rewards=process)
+    expected = ref_prime_grpo(rewards, mask, index, process, threshold=0.0, c_o=0.5, c_p=2.0)
+    torch.testing.assert_close(adv, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_std_threshold_switches_process_part_off_per_group():
+    rewards, mask, index, process = make_batch(3, groups=(4, 4), shuffle=False)
+    process[:4] = 1e-5 * torch.randn(4, mask.shape[1], dtype=torch.float64) * mask[:4]  # group 0: σ ≪ 1e-2
+    cfg = algo_config(process_std_threshold=1e-2)
+    with_p, _ = ca.compute_prime_grpo_advantage(rewards, mask, index, config=cfg, process_rewards=process)
+    outcome_only, _ = ca.compute_prime_grpo_advantage(rewards, mask, index, config=cfg)
+    torch.testing.assert_close(with_p[:4], outcome_only[:4])  # below threshold: outcome only
+    assert not torch.allclose(with_p[4:], outcome_only[4:])
+
+
+def test_padding_does_not_leak_into_returns():
+    """Values in masked positions (e.g. garbage PRM rewards on padding) must not change anything."""
+    rewards, mask, index, process = make_batch(4)
+    dirty = process + 5.0 * (1 - mask)
+    for name in ("prime_grpo", "prime_rloo"):
+        fn = get_adv_estimator_fn(name)
+        clean, _ = fn(rewards, mask, index, config=algo_config(), process_rewards=process)
+        noisy, _ = fn(rewards, mask, index, config=algo_config(), process_rewards=dirty)
+        torch.testing.assert_close(clean, noisy)
+
+
+def test_discounted_suffix_sum_long_rows_no_underflow():
+    x = torch.randn(3, 5000, dtype=torch.float64)
+    for gamma in (0.5, 0.99):
+        got = ca.discounted_suffix_sum(x, gamma)
+        # recursion G_t = x_t + γ G_{t+1}, evaluated backwards in float64
+        ref = torch.zeros_like(x)
+        acc = torch.zeros(3, dtype=torch.float64)
+        for t in range(x.shape[1] - 1, -1, -1):
+            acc = x[:, t] + gamma * acc
+            ref[:, t] = acc
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_whitening_is_masked_and_optional():
+    rewards, mask, index, process = make_batch(5)
+    adv, ret = ca.compute_prime_grpo_advantage(rewards, mask, index, config=algo_config(whiten_advantages=True),
+                                               process_rewards=process)
+    valid = mask.bool()
+    assert abs(adv[valid].mean().item()) < 1e-9
+    assert abs(adv[valid].std().item() - 1.0) < 1e-6
+    assert torch.all(adv[~valid] == 0)
+    torch.testing.assert_close(ret, ref_prime_grpo(rewards, mask, index, process))
+
+
+def test_composed_estimator_reuses_any_registered_outcome_estimator():
+    rewards, mask, index, process = make_batch(6)
+    cfg = algo_config(outcome_estimator="rloo", process_baseline="leave_one_out")
+    adv, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
+    expected, _ = get_adv_estimator_fn("prime_rloo")(rewards, mask, index, config=cfg, process_rewards=process)
+    torch.testing.assert_close(adv, expected)
+    cfg = algo_config(outcome_estimator="reinforce_plus_plus")
+    adv, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
+    rpp, _ = get_adv_estimator_fn("reinforce_plus_plus")(rewards, mask, index=index, config=cfg)
+    process_part = ca.grpo_process_advantage(process, mask, ca.group_ids(index, "cpu")) * mask
+    torch.testing.assert_close(adv, rpp.to(adv.dtype) * mask + process_part)
+    with pytest.raises(ValueError, match="process_baseline"):
+        get_adv_estimator_fn("prime")(rewards, mask, index, config=algo_config(process_baseline="nope"),
+                                      process_rewards=process)
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcome-only equals veRL's estimators
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_prime_grpo_without_process_equals_verl_grpo(norm):
+    rewards, mask, index, _ = make_batch(7, groups=(4, 1, 3, 6), dtype=torch.float32)
+    verl_adv, _ = get_adv_estimator_fn("grpo")(rewards.clone(), mask, index, norm_adv_by_std_in_grpo=norm)
+    ours, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=algo_config(norm=norm))
+    torch.testing.assert_close(ours, verl_adv, rtol=1e-5, atol=1e-6)
+
+
+def test_prime_rloo_without_process_equals_verl_rloo():
+    rewards, mask, index, _ = make_batch(8, groups=(4, 1, 3, 6), dtype=torch.float32)
+    verl_adv, _ = get_adv_estimator_fn("rloo")(rewards.clone(), mask, index)
+    ours, _ = get_adv_estimator_fn("prime_rloo")(rewards, mask, index, config=algo_config())
+    torch.testing.assert_close(ours, verl_adv, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+
+batches = st.builds(
+    make_batch,
+    seed=st.integers(0, 10_000),
+    groups=st.lists(st.integers(1, 5), min_size=1, max_size=5).map(tuple),
+    T=st.integers(1, 9),
+    shuffle=st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=batches, perm_seed=st.integers(0, 10_000), name=st.sampled_from(["prime_grpo", "prime_rloo"]))
+def test_permuting_rows_permutes_advantages(batch, perm_seed, name):
+    rewards, mask, index, process = batch
+    perm = torch.randperm(len(index), generator=torch.Generator().manual_seed(perm_seed))
+    fn = get_adv_estimator_fn(name)
+    adv, _ = fn(rewards, mask, index, config=algo_config(), process_rewards=process)
+    adv_p, _ = fn(rewards[perm], mask[perm], index[perm.numpy()], config=algo_config(), process_rewards=process[perm])
+    torch.testing.assert_close(adv_p, adv[perm], rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=batches, name=st.sampled_from(["prime_grpo", "prime_rloo"]))
+def test_zero_process_rewards_give_outcome_only(batch, name):
+    rewards, mask, index, process = batch
+    fn = get_adv_estimator_fn(name)
+    zero, _ = fn(rewards, mask, index, config=algo_config(process_std_threshold=0.0),
+                 process_rewards=torch.zeros_like(process))
+    none, _ = fn(rewards, mask, index, config=algo_config())
+    torch.testing.assert_close(zero, none)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=batches, name=st.sampled_from(["prime_grpo", "prime_rloo"]))
+def test_matches_reference_on_random_batches(batch, name):
+    rewards, mask, index, process = batch
+    adv, _ = get_adv_estimator_fn(name)(rewards, mask, index, config=algo_config(), process_rewards=process)
+    ref = (ref_prime_grpo if name == "prime_grpo" else ref_prime_rloo)(rewards, mask, index, process)
+    torch.testing.assert_close(adv, ref, rtol=1e-9, atol=1e-9)
+
+
+DEGENERATE = {
+    "all_equal": dict(groups=(4, 4)),
+    "singletons": dict(groups=(1, 1, 1)),
+    "empty_responses": dict(groups=(3, 2), empty_rows=(0, 1, 2, 3, 4)),
+    "some_empty": dict(groups=(3, 2), empty_rows=(1,)),
+}
+
+
+@pytest.mark.parametrize("case", DEGENERATE)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("name", ["prime_grpo", "prime_rloo", "prime"])
+@pytest.mark.parametrize("whiten", [False, True])
+def test_finite_on_degenerate_batches(case, dtype, name, whiten):
+    rewards, mask, index, process = make_batch(9, dtype=dtype, **DEGENERATE[case])
+    if case == "all_equal":
+        rewards = torch.zeros_like(rewards)
+        process = torch.full_like(process, 0.25) * mask
+    # veRL's padding rows: own uid, zero mask
+    index = np.concatenate([index, np.array(["pad_0", "pad_1"], dtype=object)])
+    pad = torch.zeros(2, mask.shape[1], dtype=dtype)
+    rewards, mask, process = (torch.cat([t, pad]) for t in (rewards, mask, process))
+    adv, ret = get_adv_estimator_fn(name)(rewards, mask, index, config=algo_config(whiten_advantages=whiten),
+                                          process_rewards=process)
+    assert adv.dtype == torch.float32
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+    assert torch.all(adv[mask == 0] == 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Implicit PRM: rewards, loss, metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def test_implicit_rewards_and_sequence_logits():
+    lp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]], dtype=torch.float64)
+    lr = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]], dtype=torch.float64)
+    m = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    r = ca.implicit_process_rewards(lp, lr, m, beta=0.05)
+    torch.testing.assert_close(r, torch.tensor([[0.025, -0.05, 0.0], [0.025, 0.0, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(ca.prm_sequence_logits(lp, lr, m, 0.05), torch.tensor([-0.025, 0.025],
+                                                                                    dtype=torch.float64))
+    assert ca.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
+
+
+def test_bce_loss_matches_formula_and_skips_empty_rows():
+    z = torch.tensor([0.3, -2.0, 40.0, 7.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    m = torch.tensor([[1, 1], [1, 0], [1, 1], [0, 0]])  # last row: empty response
+    per_row = [-(yi * math.log(1 / (1 + math.exp(-zi))) + (1 - yi) * math.log(1 - 1 / (1 + math.exp(-zi))))
+               for zi, yi in zip(z.tolist()[:2], y.tolist()[:2])]
+    per_row.append(40.0 + math.log1p(math.exp(-40.0)))  # −log(1 − σ(40)), exact in logits form
+    loss = ca.prm_bce_loss(z, y, m)
+    assert loss.item() == pytest.approx(sum(per_row) / 3, rel=1e-12)
+    assert ca.prm_bce_loss(z, y, m, reduction="sum").item() == pytest.approx(sum(per_row), rel=1e-12)
+    loss.backward()
+    assert z.grad[3] == 0 and torch.isfinite(z.grad).all()
+    assert ca.prm_bce_loss(z, y, torch.zeros_like(m)).item() == 0.0
+    with pytest.raises(ValueError, match="acc"):
+        ca.prm_bce_loss(z, torch.tensor([1.0, -1.0, 0.0, 1.0]), m)
+
+
+def test_bce_gradient_flows_to_prm_log_probs():
+    lp = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    lr = torch.randn(4, 5, dtype=torch.float64)
+    m = torch.ones(4, 5)
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    loss = ca.prm_bce_loss(ca.prm_sequence_logits(lp, lr, m, 0.05), y, m)
+    loss.backward()
+    z = (0.05 * (lp - lr).sum(-1)).detach()
+    expected_row_grad = 0.05 * (torch.sigmoid(z) - y) / 4  # d mean-BCE / d lp[i,t]
+    torch.testing.assert_close(lp.grad, expected_row_grad[:, None].expand(4, 5))
+
+
+def test_classification_accuracy():
+    z = torch.tensor([1.0, -1.0, 2.0, -3.0, 5.0])
+    y = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0])
+    m = torch.tensor([[1], [1], [1], [1], [0]])
+    assert ca.prm_classification_accuracy(z, y, m).item() == pytest.approx(2 / 4)
+
+
+def ref_pairwise(z, y, index, valid):
+    accs = []
+    for members in groups_of(index).values():
+        members = [i for i in members if valid[i]]
+        if not members:
+            continue
+        num = den = 0.0
+        for i in members:
+            for j in members:
+                w = abs(y[i] - y[j])
+                if w == 0:
+                    continue
+                a = 0.5 if z[i] == z[j] else float((z[i] - z[j]) * (y[i] - y[j]) > 0)
+                num, den = num + w * a, den + w
+        accs.append(num / den if den else 0.5)
+    return sum(accs) / len(accs) if accs else 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=batches, tie=st.booleans())
+def test_pairwise_accuracy_matches_reference(batch, tie):
+    _, mask, index, process = batch
+    gen = torch.Generator().manual_seed(len(index))
+    z = torch.randn(len(index), generator=gen, dtype=torch.float64)
+    if tie:
+        z = z.round()
+    y = torch.randint(0, 2, (len(index),), generator=gen).to(torch.float64)
+    got = ca.prm_pairwise_accuracy(z, y, index, mask).item()
+    assert got == pytest.approx(ref_pairwise(z.tolist(), y.tolist(), list(index), (mask.sum(-1) > 0).tolist()))
+
+
+def test_pairwise_accuracy_perfect_and_inverted():
+    index = np.array(["a", "a", "a", "b", "b"], dtype=object)
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
+    m = torch.ones(5, 2)
+    z = torch.tensor([2.0, -1.0, 1.0, 0.3, 0.1])
+    assert ca.prm_pairwise_accuracy(z, y, index, m).item() == pytest.approx((1.0 + 0.5) / 2)
+    assert ca.prm_pairwise_accuracy(-z, y, index, m).item() == pytest.approx((0.0 + 0.5) / 2)

@@ -1,0 +1,72 @@
+"""The `+recipe=prime_lora` config group: it resolves (Hydra would otherwise silently run plain PPO),
+carries the seed recipe, and command-line overrides still win."""
+
+import logging
+from pathlib import Path
+
+import pytest
+import verl
+from hydra import compose, initialize_config_dir
+
+import verl_prime_lora.verl_plugin as verl_plugin
+from verl_prime_lora import hydra_search_path
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+def compose_ppo(*overrides):
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def test_recipe_group_resolves_and_sets_prime():
+    cfg = compose_ppo("+recipe=prime_lora")
+    # A missing group would leave `recipe: prime_lora` as a stray key and veRL's defaults untouched.
+    assert "recipe" not in cfg
+    assert cfg.algorithm.adv_estimator == "prime_grpo"
+    assert cfg.algorithm.prime.process_std_threshold == pytest.approx(1e-2)
+
+
+def test_recipe_carries_seed_hyperparameters():
+    cfg = compose_ppo("+recipe=prime_lora")
+    model, actor, rollout = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert (model.lora_rank, model.lora_alpha) == (32, 128)
+    assert sorted(model.target_modules) == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    assert (rollout.n, rollout.temperature) == (6, 0.7)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (512, 3584)
+    assert actor.optim.lr == pytest.approx(1e-6)
+    assert (actor.optim.lr_scheduler_type, actor.optim.min_lr_ratio, actor.optim.lr_warmup_steps_ratio) == (
+        "cosine", 0.1, 0.1)
+
+
+def test_command_line_overrides_win_over_recipe():
+    cfg = compose_ppo("+recipe=prime_lora", "algorithm.adv_estimator=prime_rloo", "actor_rollout_ref.rollout.n=4")
+    assert cfg.algorithm.adv_estimator == "prime_rloo"
+    assert cfg.actor_rollout_ref.rollout.n == 4
+
+
+def test_unknown_recipe_is_an_error_not_a_silent_fallthrough():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException):
+        compose_ppo("+recipe=no_such_recipe")
+
+
+def test_search_path_points_at_the_recipe_group():
+    root = hydra_search_path.config_root()
+    assert (root / "recipe" / "prime_lora.yaml").is_file()
+
+
+def test_failed_registration_is_loud(monkeypatch, caplog):
+    monkeypatch.setattr(verl_plugin, "REGISTERING_MODULES", ("verl_prime_lora.core_algos", "no_such_module_xyz"))
+    with caplog.at_level(logging.ERROR), pytest.raises(ImportError, match="no_such_module_xyz"):
+        verl_plugin.register_all()
+    assert any(r.levelno == logging.ERROR and "no_such_module_xyz" in r.getMessage() for r in caplog.records)
+
+
+def test_plugin_registered_the_estimators_at_import_verl():
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    assert {"prime_grpo", "prime_rloo", "prime"} <= set(ADV_ESTIMATOR_REGISTRY)

@@ -1,0 +1,434 @@
+r"""PRIME's math (Cui et al., arXiv 2502.01456) as pure tensor functions.
+
+Notation (every function below states which part it computes):
+
+* B responses, T response positions; ``m[i, t]`` is the response mask (1 = a generated token).
+* Groups are responses to the same prompt, found by equal ``index`` (veRL's ``uid``) values, in any
+  order — never by position. Padding rows (veRL's ``pad…`` uids, zero mask) form their own groups.
+* ``L_i = max(Σ_t m[i,t], 1)``; outcome score ``R_i = Σ_t token_level_rewards[i, t]``.
+* Implicit PRM: ``q[i,t] = log π_φ(y_t|y_<t) − log π_ref(y_t|y_<t)``; token process reward
+  ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]``.
+* Mean process reward of a response: ``r̄_i = Σ_t r[i,t] m[i,t] / L_i``.
+
+Everything is vectorised (no Python loop over rows or tokens) and computed in float32 (float64 when
+an input is float64), whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
+from verl.utils.groupwise import as_torch_index
+from verl.utils.torch_functional import masked_whiten
+
+DEFAULT_EPSILON = 1e-6  # as veRL's grpo
+DEFAULT_PROCESS_STD_THRESHOLD = 1e-2  # the seed recipe's value
+
+
+# --------------------------------------------------------------------------------------------------
+# dtype and groups
+# --------------------------------------------------------------------------------------------------
+
+
+def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """float64 if any input is float64, else float32 (half-precision inputs are upcast)."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def group_ids(index: Any, device: torch.device | str) -> torch.Tensor:
+    """Contiguous group ids 0..G-1 (long) from any labels (uid strings, ints, tensors)."""
+    return as_torch_index(index, device=device)
+
+
+def group_sum(values: torch.Tensor, gid: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """S_g = Σ_{i ∈ g} values_i for each group g (shape (G,))."""
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, gid, values)
+
+
+def group_mean_std(values: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row group statistics of ``values`` (B,): (count_g, mean_g, unbiased std_g), each (B,).
+
+    Singleton groups get mean 0 and std 1 — veRL's ``grpo`` convention, so that a lone response keeps
+    its raw value instead of a 0/0.
+    """
+    num_groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    count = group_sum(torch.ones_like(values), gid, num_groups)
+    mean = group_sum(values, gid, num_groups) / count.clamp_min(1)
+    centered = values - mean[gid]
+    var = group_sum(centered * centered, gid, num_groups) / (count - 1).clamp_min(1)
+    single = count <= 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(var), var.sqrt())
+    return count[gid], mean[gid], std[gid]
+
+
+def leave_one_out_mean(values: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(count_g, mean_{j ≠ i, j ∈ g(i)} values_j) per row; the baseline is 0 for singleton groups."""
+    num_groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    count = group_sum(torch.ones_like(values), gid, num_groups)[gid]
+    total = group_sum(values, gid, num_groups)[gid]
+    baseline = torch.where(count > 1, (total - values) / (count - 1).clamp_min(1), torch.zeros_like(values))
+    return count, baseline
+
+
+# --------------------------------------------------------------------------------------------------
+# Implicit PRM: token rewards, loss, metrics
+# --------------------------------------------------------------------------------------------------
+
+
+def implicit_process_rewards(
+    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, beta: float
+) -> torch.Tensor:
+    r"""Token process rewards r[i,t] = β · (log π_φ − log π_ref)[i,t] · m[i,t]   (paper Eq. 3).
+
+    Every response token gets its reward, the last one included.
+    """
+    dtype = compute_dtype(prm_log_probs, ref_log_probs)
+    return beta * (prm_log_probs.to(dtype) - ref_log_probs.to(dtype)) * response_mask.to(dtype)
+
+
+def prm_sequence_logits(
+    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, beta: float
+) -> torch.Tensor:
+    r"""Sequence logit z_i = β · Σ_t (log π_φ − log π_ref)[i,t] · m[i,t]; keeps the autograd graph.
+
+    σ(z_i) is the implicit PRM's probability that response i is correct (paper Eq. 4).
+    """
+    return implicit_process_rewards(prm_log_probs, ref_log_probs, response_mask, beta).sum(dim=-1)
+
+
+def _valid_rows(response_mask: torch.Tensor) -> torch.Tensor:
+    """Rows with a non-empty response (padding rows and empty generations are excluded)."""
+    return response_mask.sum(dim=-1) > 0
+
+
+def _check_labels(labels: torch.Tensor) -> None:
+    if labels.numel() and (labels.min() < 0 or labels.max() > 1):
+        raise ValueError(
+            "PRM labels must be outcome accuracies in [0, 1] (1 = correct); got values in "
+            f"[{labels.min().item()}, {labels.max().item()}]. Use the reward's `acc` field, not its score."
+        )
+
+
+def prm_bce_loss(
+    seq_logits: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    r"""PRM cross-entropy ℓ_i = BCEWithLogits(z_i, acc_i) = −[acc_i log σ(z_i) + (1−acc_i) log(1−σ(z_i))].
+
+    The logits form is exact where σ saturates (no log(0) clamping). Rows with an empty response are
+    excluded. ``reduction="mean"``: mean over valid rows (0 if none); ``"sum"``: sum over valid rows,
+    for callers that normalise by a global batch size themselves.
+    """
+    dtype = compute_dtype(seq_logits)
+    labels = labels.to(dtype)
+    _check_labels(labels)
+    valid = _valid_rows(response_mask).to(dtype)
+    per_row = F.binary_cross_entropy_with_logits(seq_logits.to(dtype), labels, reduction="none") * valid
+    if reduction == "sum":
+        return per_row.sum()
+    if reduction == "mean":
+        return per_row.sum() / valid.sum().clamp_min(1)
+    raise ValueError(f"prm_bce_loss: reduction must be 'mean' or 'sum', got {reduction!r}")
+
+
+def prm_classification_accuracy(
+    seq_logits: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """Fraction of valid rows where the PRM's verdict agrees with the label: mean[(z_i > 0) == (acc_i > ½)]."""
+    valid = _valid_rows(response_mask)
+    agree = ((seq_logits > 0) == (labels > 0.5)) & valid
+    return agree.sum().to(torch.float32) / valid.sum().clamp_min(1)
+
+
+def prm_pairwise_accuracy(
+    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor
+) -> torch.Tensor:
+    r"""Group pairwise ranking accuracy of the PRM ("dpo_acc" of the reference implementations).
+
+    In each group g, over pairs (i, j) of valid rows with acc_i ≠ acc_j:
+        acc_g = Σ_{i,j} |acc_i − acc_j| · a_ij / Σ_{i,j} |acc_i − acc_j|,
+        a_ij = 1 if (z_i − z_j)(acc_i − acc_j) > 0, ½ if z_i = z_j, else 0;
+    acc_g = ½ for a group with no such pair. The result is the mean of acc_g over groups that hold at
+    least one valid row. (Ties count ½ here; the reference code counts them by sign convention.)
+    """
+    dtype = compute_dtype(seq_logits)
+    gid = group_ids(index, seq_logits.device)
+    valid = _valid_rows(response_mask)
+    # Dense (G, K) layout: row i of group g goes to slot pos_i, K = largest group size.
+    counts = torch.bincount(gid)
+    order = torch.argsort(gid, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.empty_like(gid)
+    pos[order] = torch.arange(gid.numel(), device=gid.device) - starts[gid[order]]
+    shape = (counts.numel(), int(counts.max().item()) if counts.numel() else 0)
+    z = torch.zeros(shape, dtype=dtype, device=gid.device).index_put_((gid, pos), seq_logits.to(dtype))
+    acc = torch.zeros(shape, dtype=dtype, device=gid.device).index_put_((gid, pos), labels.to(dtype))
+    ok = torch.zeros(shape, dtype=torch.bool, device=gid.device).index_put_((gid, pos), valid)
+
+    dz = z[:, :, None] - z[:, None, :]
+    dacc = acc[:, :, None] - acc[:, None, :]
+    weight = dacc.abs() * (ok[:, :, None] & ok[:, None, :])
+    agree = torch.where(dz == 0, torch.full_like(dz, 0.5), ((dz * dacc) > 0).to(dtype))
+    num, den = (weight * agree).sum(dim=(1, 2)), weight.sum(dim=(1, 2))
+    per_group = torch.where(den > 0, num / den.clamp_min(torch.finfo(dtype).tiny), torch.full_like(den, 0.5))
+    has_rows = ok.any(dim=1)
+    return (per_group * has_rows).sum() / has_rows.sum().clamp_min(1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Advantages
+# --------------------------------------------------------------------------------------------------
+
+
+def discounted_suffix_sum(values: torch.Tensor, gamma: float, block: int = 64) -> torch.Tensor:
+    r"""G[i,t] = Σ_{s ≥ t} γ^{s−t} values[i,s] along the last dimension (a new tensor).
+
+    γ = 1: one reverse cumulative sum. γ < 1: blocks of ``block`` positions; inside a block the sums
+    are one matmul with W[t,s] = γ^{s−t} (s ≥ t), the block starts are chained by a second matmul
+    with γ^{block·(b'−b)}, and each position adds γ^{block−t}·(suffix at the next block's start).
+    Every factor is ≤ 1, so long rows neither overflow nor lose the tail (γ^{s−t} merely underflows
+    to 0 where it is below float range).
+    """
+    if gamma == 1.0:
+        out = values.flip(-1)
+        out.cumsum_(-1)
+        return out.flip(-1)
+    length = values.shape[-1]
+    num_blocks = -(-length // block)
+    x = F.pad(values, (0, num_blocks * block - length)).reshape(-1, num_blocks, block)
+    g = torch.tensor(float(gamma), dtype=torch.float64)
+
+    def powers(steps: torch.Tensor, scale: int) -> torch.Tensor:  # γ^{scale·(s−t)} for s ≥ t, else 0
+        exponent = steps[None, :] - steps[:, None]
+        return torch.where(exponent >= 0, g ** (scale * exponent.clamp_min(0)), 0).to(values.dtype)
+
+    k = torch.arange(block, device=values.device)
+    local = x @ powers(k, 1).T
+    starts = local[..., 0] @ powers(torch.arange(num_blocks, device=values.device), block).T
+    next_start = F.pad(starts[..., 1:], (0, 1))
+    out = local + next_start[..., None] * (g ** (block - k)).to(values.dtype)
+    return out.reshape(*values.shape[:-1], num_blocks * block)[..., :length]
+
+
+def grpo_outcome_advantage(
+    scores: torch.Tensor, gid: torch.Tensor, epsilon: float = DEFAULT_EPSILON, norm_by_std: bool = True
+) -> torch.Tensor:
+    r"""GRPO outcome advantage A^o_i = (R_i − mean_g R) / (std_g R + ε)  (or R_i − mean_g R, Dr.GRPO).
+
+    Unbiased std; singleton groups use mean 0, std 1 (veRL's ``grpo``).
+    """
+    _, mean, std = group_mean_std(scores, gid)
+    centered = scores - mean
+    return centered / (std + epsilon) if norm_by_std else centered
+
+
+def rloo_outcome_advantage(scores: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
+    r"""RLOO outcome advantage A^o_i = R_i − mean_{j ≠ i} R_j; a singleton keeps R_i (veRL's ``rloo``)."""
+    _, baseline = leave_one_out_mean(scores, gid)
+    return scores - baseline
+
+
+def mean_process_reward(process_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """r̄_i = Σ_t r[i,t] m[i,t] / max(Σ_t m[i,t], 1)."""
+    return torch.linalg.vecdot(process_rewards, mask) / mask.sum(-1).clamp_min(1)
+
+
+def grpo_process_advantage(
+    process_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    gid: torch.Tensor,
+    gamma: float = 1.0,
+    std_threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
+    epsilon: float = DEFAULT_EPSILON,
+) -> torch.Tensor:
+    r"""Group-normalised process advantage (the seed's GRPO form of PRIME).
+
+    μ_g, σ_g = mean and unbiased std of r̄ over group g (singletons: 0 and 1, as for the outcome);
+    r̃[i,t] = (r[i,t] − μ_g) / (σ_g + ε) · m[i,t], and r̃ = 0 in groups with σ_g < ``std_threshold``
+    (the PRM starts equal to its reference, so early r ≈ 0 and dividing by σ_g ≈ 0 would blow noise
+    up); A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s]. The mask is applied before the suffix sum, so padding
+    never leaks into the returns.
+    """
+    _, mean, std = group_mean_std(mean_process_reward(process_rewards, mask), gid)
+    scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
+    normalised = (process_rewards - mean[:, None]).mul_(mask).mul_(scale[:, None])
+    return discounted_suffix_sum(normalised, gamma)
+
+
+def rloo_process_advantage(
+    process_rewards: torch.Tensor, mask: torch.Tensor, gid: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
+    r"""Leave-one-out process advantage (paper Eq. 6):
+    A^p[i,t] = Σ_{s ≥ t} γ^{s−t} (r[i,s] − mean_{j ≠ i} r̄_j) · m[i,s]   (baseline 0 for a singleton)."""
+    _, baseline = leave_one_out_mean(mean_process_reward(process_rewards, mask), gid)
+    return discounted_suffix_sum((process_rewards - baseline[:, None]).mul_(mask), gamma)
+
+
+# --------------------------------------------------------------------------------------------------
+# Registered veRL estimators
+# --------------------------------------------------------------------------------------------------
+
+
+def config_value(config: Any, path: str, default: Any) -> Any:
+    """``config.<path>`` for a DictConfig, dict or dataclass (dotted path); ``default`` when absent/None."""
+    node = config
+    for key in path.split("."):
+        if node is None:
+            return default
+        node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
+    return default if node is None else node
+
+
+def _whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """veRL's masked whitening over all valid tokens of the batch; skipped with < 2 valid tokens."""
+    if mask.sum() < 2:
+        return advantages
+    return masked_whiten(advantages, mask) * mask
+
+
+def prime_advantage(
+    outcome: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    config: Any = None,
+    process_rewards: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""A[i,t] = (c_o · A^o[i,t] + c_p · A^p[i,t]) · m[i,t], optionally whitened over the batch.
+
+    ``outcome(token_level_rewards, m, gid)`` gives A^o, per response (B,) or per token (B, T);
+    ``process(r, m, gid) -> (B, T)`` gives A^p. The coefficients c_o, c_p come from
+    ``algorithm.prime.{outcome_coef,process_coef}`` (default 1). Returns (advantages, returns); the
+    returns are the unwhitened advantages, as in veRL's outcome estimators (PRIME has no critic).
+    """
+    dtype = compute_dtype(token_level_rewards, process_rewards)
+    mask = response_mask.to(dtype)
+    gid = group_ids(index, token_level_rewards.device)
+    with torch.no_grad():
+        outcome_advantage = outcome(token_level_rewards.to(dtype), mask, gid)
+        if outcome_advantage.dim() == 1:
+            outcome_advantage = outcome_advantage[:, None]
+        outcome_advantage = float(config_value(config, "prime.outcome_coef", 1.0)) * outcome_advantage
+        process_coef = float(config_value(config, "prime.process_coef", 1.0))
+        if process_rewards is not None and process_coef != 0.0:
+            advantages = process(process_rewards.to(dtype), mask, gid)
+            if process_coef != 1.0:
+                advantages.mul_(process_coef)
+            advantages.add_(outcome_advantage).mul_(mask)
+        else:
+            advantages = outcome_advantage * mask
+        returns = advantages
+        if config_value(config, "prime.whiten_advantages", False):
+            advantages = _whiten(advantages, mask)
+    return advantages, returns
+
+
+def _process_part(config: Any, baseline: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The process advantage with a ``group_norm`` (seed, GRPO-like) or ``leave_one_out`` (paper) baseline."""
+    gamma = float(config_value(config, "gamma", 1.0))
+    if baseline == "group_norm":
+        threshold = float(config_value(config, "prime.process_std_threshold", DEFAULT_PROCESS_STD_THRESHOLD))
+        epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
+        return lambda r, m, gid: grpo_process_advantage(r, m, gid, gamma, threshold, epsilon)
+    if baseline == "leave_one_out":
+        return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
+    raise ValueError(
+        f"algorithm.prime.process_baseline must be 'group_norm' or 'leave_one_out', got {baseline!r}"
+    )
+
+
+@register_adv_est("prime_grpo")
+def compute_prime_grpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    process_rewards: torch.Tensor | None = None,
+    norm_adv_by_std_in_grpo: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""PRIME with GRPO baselines (seed Eq. 7): A = c_o·(R − mean_g R)/(std_g R + ε) + c_p·A^p_group_norm.
+
+    Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword, as veRL's ``grpo``),
+    ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, process_std_threshold,
+    epsilon, whiten_advantages}``. Without process rewards it equals veRL's ``grpo``.
+    """
+    epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
+    if norm_adv_by_std_in_grpo is None:
+        norm_adv_by_std_in_grpo = bool(config_value(config, "norm_adv_by_std_in_grpo", True))
+    return prime_advantage(
+        lambda rewards, m, gid: grpo_outcome_advantage(rewards.sum(-1), gid, epsilon, norm_adv_by_std_in_grpo),
+        _process_part(config, "group_norm"),
+        token_level_rewards,
+        response_mask,
+        index,
+        config,
+        process_rewards,
+    )
+
+
+@register_adv_est("prime_rloo")
+def compute_prime_rloo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    process_rewards: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""PRIME as in the paper (Eq. 5–6): A = c_o·(R_i − mean_{j≠i} R_j) + c_p·A^p_leave_one_out.
+
+    Knobs: ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, whiten_advantages}``.
+    Without process rewards it equals veRL's ``rloo``.
+    """
+    return prime_advantage(
+        lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
+        _process_part(config, "leave_one_out"),
+        token_level_rewards,
+        response_mask,
+        index,
+        config,
+        process_rewards,
+    )
+
+
+@register_adv_est("prime")
+def compute_prime_composed_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    process_rewards: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""PRIME on top of any registered outcome estimator: A = c_o·A^o_<estimator> + c_p·A^p_<baseline>.
+
+    ``algorithm.prime.outcome_estimator`` names any estimator in veRL's registry that needs only
+    (token_level_rewards, response_mask, index, config) — e.g. ``grpo``, ``rloo``,
+    ``reinforce_plus_plus``, ``grpo_passk`` — and ``algorithm.prime.process_baseline`` is
+    ``group_norm`` (default) or ``leave_one_out``.
+    """
+    name = config_value(config, "prime.outcome_estimator", "grpo")
+    if str(name).startswith("prime"):
+        raise ValueError(f"algorithm.prime.outcome_estimator must be an outcome estimator, got {name!r}")
+    outcome_fn = get_adv_estimator_fn(name)
+
+    def outcome(rewards: torch.Tensor, mask: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
+        advantages, _ = outcome_fn(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
+        return advantages
+
+    return prime_advantage(
+        outcome,
+        _process_part(config, str(config_value(config, "prime.process_baseline", "group_norm"))),
+        token_level_rewards,
+        response_mask,
+        index,
+        config,
+        process_rewards,
+    )

@@ -1,0 +1,40 @@
+"""Puts this package's Hydra config group `recipe/` on Hydra's search path.
+
+`python -m verl.trainer.main_ppo +recipe=prime_lora` resolves the group `recipe` through every
+registered `SearchPathPlugin`. If the group is missing, Hydra does not fail: `+recipe=prime_lora`
+silently becomes a stray string key and plain PPO runs. So the plugin is registered at `import verl`
+(our `verl.plugins` entry point runs before `@hydra.main` composes), which works the same for a
+wheel and an editable install, from any working directory.
+
+The group's files live in the data package `verl_prime_lora.recipe` (the repo's `recipe/`,
+mapped by setup.py); the search-path entry is the directory that contains it.
+"""
+
+import importlib.resources
+from pathlib import Path
+
+from hydra.core.config_search_path import ConfigSearchPath
+from hydra.core.plugins import Plugins
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+RECIPE_GROUP = "recipe"
+PROVIDER = "verl-prime-lora"
+
+
+def config_root() -> Path:
+    """Directory holding the `recipe/` config group (checkout root or installed package dir)."""
+    group_dir = Path(str(importlib.resources.files("verl_prime_lora.recipe")))
+    if group_dir.name != RECIPE_GROUP or not any(group_dir.glob("*.yaml")):
+        raise FileNotFoundError(
+            f"verl-prime-lora: the Hydra config group '{RECIPE_GROUP}' is not installed at {group_dir}; "
+            "reinstall the package (pip install verl-prime-lora) so that `+recipe=prime_lora` resolves"
+        )
+    return group_dir.parent
+
+
+class PrimeLoraSearchPathPlugin(SearchPathPlugin):
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        search_path.append(provider=PROVIDER, path=f"file://{config_root()}")
+
+
+Plugins.instance().register(PrimeLoraSearchPathPlugin)

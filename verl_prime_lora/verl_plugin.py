@@ -1,0 +1,34 @@
+"""The `verl.plugins` entry point: registers everything this package adds to veRL.
+
+veRL imports every entry point of the group `verl.plugins` at `import verl`, in every process
+(driver, TaskRunner, Ray workers), and swallows a failing import at DEBUG level — which would leave
+the PRIME estimators or trainers silently unregistered and surface much later as "unknown
+estimator/trainer". So each registering module is imported here under our own guard that logs the
+cause at ERROR, and the import of this module then fails with the list of what did not register.
+"""
+
+import importlib
+import logging
+
+logger = logging.getLogger(__name__)
+
+# Each module registers its pieces with veRL / Hydra as an import side effect.
+REGISTERING_MODULES = (
+    "verl_prime_lora.hydra_search_path",  # `+recipe=prime_lora` config group
+    "verl_prime_lora.core_algos",  # `prime_grpo` / `prime_rloo` advantage estimators
+)
+
+
+def register_all() -> None:
+    failed = []
+    for name in REGISTERING_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported loudly, then re-raised below
+            logger.error("verl-prime-lora: registering %s failed: %r", name, exc, exc_info=True)
+            failed.append(f"{name}: {exc!r}")
+    if failed:
+        raise ImportError("verl-prime-lora could not register: " + "; ".join(failed))
+
+
+register_all()
