@@ -39,6 +39,7 @@ setup(
         "TransferQueue==0.1.11",  # veRL's V1 trainer (the default) imports it; veRL lists it only in an extra
         "math-verify==0.9.0",
         "wandb==0.31.0",
+        "matplotlib==3.11.2",  # accuracy-over-checkpoints plot of `python -m verl_prime_lora.eval`
         "numpy==2.3.5",
         "pandas==3.1.1",
         "pyarrow==26.0.1",
