@@ -13,6 +13,7 @@ from verl_prime_lora.prompt_filter import (
     AccuracyBandReplayBuffer,
     AccuracyBandReplayBufferAsync,
     BandFilter,
+    accuracy_band_replay_buffer,
 )
 
 
@@ -107,7 +108,8 @@ def test_sync_sampling_evicts_out_of_band_groups_and_refills(fake_tq):
 
     assert refills and refills[0] == 2 * 3  # veRL's sync oversampling: 2 prompts per evicted group
     chosen = {key.split("_")[0] for key in batch.keys}
-    assert len(chosen) == 2 and kept in chosen and truncated not in chosen
+    in_band = {kept, "g4", "g6"}  # g4 = [1, 0, 1, 0] and g6 = [0, 1, 0, 0] came from the refill
+    assert len(chosen) == 2 and chosen <= in_band and truncated not in chosen
     for uid in chosen:  # every sampled group is inside the band
         accs = [fake_tq.extra[k]["reward_extra_info"]["acc"] for k in batch.keys if k.startswith(uid + "_")]
         assert 0.2 <= sum(accs) / len(accs) <= 0.8
@@ -140,3 +142,22 @@ def test_missing_accuracy_field_is_a_clear_error(fake_tq):
     buffer._sync_metadata_from_transfer_queue()
     with pytest.raises(RuntimeError, match="'acc'"):
         buffer._dapo_filtered_keys("train")
+
+
+def test_factory_matches_the_trainer_mode():
+    kwargs = dict(trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                  sampler_kwargs={"train_batch_size": 2, "max_response_length": 8}, refill_fn=lambda n: n)
+    assert type(accuracy_band_replay_buffer(trainer_mode="sync", **kwargs)) is AccuracyBandReplayBuffer
+    assert type(accuracy_band_replay_buffer(trainer_mode="separate_async", **kwargs)) is AccuracyBandReplayBufferAsync
+
+
+def test_recipe_wires_the_filter_into_verl_sampler_config():
+    from test_recipe_config import compose_ppo
+
+    cfg = compose_ppo("+recipe=[prime_lora,prompt_filter]")
+    sampler = cfg.trainer.v1.sampler
+    assert sampler.custom_sampler.path == "pkg://verl_prime_lora.prompt_filter"
+    assert sampler.custom_sampler.name == "accuracy_band_replay_buffer"
+    assert (sampler.sampler_kwargs.lower, sampler.sampler_kwargs.upper) == (0.2, 0.8)
+    assert sampler.sampler_kwargs.train_batch_size == cfg.data.train_batch_size
+    assert cfg.data.gen_batch_size == 1

@@ -11,15 +11,16 @@ evicts "no-signal" groups (DAPO filtering) and refills the batch with fresh prom
 oversampling — and discards the surplus). `AccuracyBandReplayBuffer` (sync trainers) and
 `AccuracyBandReplayBufferAsync` (async trainers) replace only that group verdict, so an evicted
 group is cleared from TransferQueue before any batch is drawn: it trains neither the PRM nor the
-policy. Plug in with
+policy. `accuracy_band_replay_buffer` picks the one that matches the trainer. Turn it on with
+``+recipe=[prime_lora,prompt_filter]`` (recipe/prompt_filter.yaml), which sets
 
     trainer.v1.sampler.custom_sampler.path=pkg://verl_prime_lora.prompt_filter
-    trainer.v1.sampler.custom_sampler.name=AccuracyBandReplayBuffer        # or …Async
-    trainer.v1.sampler.sampler_kwargs={lower: 0.2, upper: 0.8, drop_truncated: true,
+    trainer.v1.sampler.custom_sampler.name=accuracy_band_replay_buffer
+    trainer.v1.sampler.sampler_kwargs={lower: 0.2, upper: 0.8, drop_truncated: true, ...,
         train_batch_size: ${data.train_batch_size}, max_response_length: ${data.max_response_length}}
     data.gen_batch_size=1                                                  # exact refills
 
-(the `recipe/prime_lora*.yaml` files set these). Metrics per step, under ``training/prompt_filter/``:
+Metrics per step, under ``training/prompt_filter/``:
 ``kept_ratio`` (kept / judged groups), ``evicted_low``, ``evicted_high``, ``evicted_truncated``.
 """
 
@@ -145,3 +146,9 @@ class AccuracyBandReplayBuffer(AccuracyBandFilterMixin, ReplayBuffer):
 
 class AccuracyBandReplayBufferAsync(AccuracyBandFilterMixin, ReplayBufferAsync):
     """Accuracy-band filtering for veRL's V1 async trainers (`separate_async`, `colocate_async`)."""
+
+
+def accuracy_band_replay_buffer(*, trainer_mode: str, **kwargs: Any) -> ReplayBuffer:
+    """veRL's custom-sampler hook: the sync buffer for veRL's `sync` trainer mode, else the async one."""
+    cls = AccuracyBandReplayBuffer if trainer_mode == "sync" else AccuracyBandReplayBufferAsync
+    return cls(trainer_mode=trainer_mode, **kwargs)
