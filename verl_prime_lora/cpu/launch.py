@@ -1,0 +1,139 @@
+"""Run `python -m verl.trainer.main_ppo` under a hard timeout and leave no process behind.
+
+Two veRL/vLLM behaviours make a bare run unsafe in CI: an error inside a vLLM worker makes veRL hang
+instead of exit, and vLLM's `VLLM::EngineCore` / `VLLM::Worker` processes (and Ray's own daemons)
+survive the driver being killed. So every process of a run carries a marker in its environment
+(Ray's daemons and workers, and vLLM's processes, inherit it from the driver); after the run —
+normal exit, error or timeout — every process that still carries the marker is killed by pid.
+
+`python -m verl_prime_lora.cpu.launch --log FILE --timeout S -- OVERRIDE...` streams the run's output
+to the console and FILE and exits with main_ppo's exit code (124 on timeout).
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+RUN_MARKER = "VERL_PRIME_LORA_RUN_ID"
+TIMEOUT_EXIT_CODE = 124
+# Offline, quiet, unbuffered: what every CPU run wants (an explicit caller value wins).
+RUN_ENV_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+    "HYDRA_FULL_ERROR": "1",
+}
+
+
+def _pids_with_marker(run_id: str) -> list[int]:
+    needle = f"{RUN_MARKER}={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_run(run_id: str, grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process whose environment carries this run's marker."""
+    pids = _pids_with_marker(run_id)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)]
+            time.sleep(0.2)
+    return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def run_main_ppo(
+    overrides: list[str],
+    log_path: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    echo: bool = False,
+) -> int:
+    """Run main_ppo with `overrides`; write its output to `log_path`; return its exit code."""
+    run_id = uuid.uuid4().hex
+    run_env = {**RUN_ENV_DEFAULTS, **os.environ, **(env or {}), RUN_MARKER: run_id}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if not any(override.startswith("hydra.run.dir=") for override in overrides):
+        # Hydra's default output dir is ./outputs/<date>/ under the caller's working directory
+        overrides = [*overrides, f"hydra.run.dir={log_path.parent / 'hydra'}"]
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        process = subprocess.Popen(
+            command,
+            env=run_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: one killpg reaches the driver's children
+            text=True,
+            errors="replace",
+        )
+        copier = threading.Thread(target=_copy_lines, args=(process.stdout, log, echo), daemon=True)
+        copier.start()
+        try:
+            returncode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.write(f"\n[launch] timeout after {timeout_s:.0f} s: killing the run\n")
+            returncode = TIMEOUT_EXIT_CODE
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            survivors = kill_run(run_id)
+            process.wait()
+            copier.join(timeout=10)
+            if survivors:
+                log.write(f"\n[launch] could not kill: {survivors}\n")
+    return returncode
+
+
+def _copy_lines(stream, log, echo: bool) -> None:
+    for line in stream:
+        log.write(line)
+        log.flush()
+        if echo:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="main_ppo under a timeout, with full cleanup")
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for main_ppo (after --)")
+    args = parser.parse_args()
+    sys.exit(run_main_ppo(args.overrides, args.log, args.timeout, echo=True))
+
+
+if __name__ == "__main__":
+    main()

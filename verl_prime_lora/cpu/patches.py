@@ -1,0 +1,125 @@
+"""Every monkeypatch the CPU platform needs, in one place.
+
+`apply_all()` is called only when the CPU platform is selected (see verl_prime_lora/cpu/register.py),
+so on a CUDA machine none of these runs. Each patch is idempotent (it marks what it wrapped) and
+names the veRL / vLLM line it works around. Nothing is edited on disk.
+"""
+
+import functools
+import logging
+import os
+import sys
+
+import torch
+import torch.distributed
+
+_PATCHED = "_verl_prime_lora_cpu_patch"
+
+
+def _mark(function):
+    setattr(function, _PATCHED, True)
+    return function
+
+
+def _is_patched(function) -> bool:
+    return getattr(function, _PATCHED, False)
+
+
+def dedupe_process_group_backend() -> None:
+    """De-duplicate the `cpu:gloo,cpu:gloo` backend string before torch parses it.
+
+    verl/utils/distributed.py:63 and :89 build `f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`;
+    on the CPU platform that is `cpu:gloo,cpu:gloo`, which `torch.distributed.init_process_group`
+    rejects ("Duplicate device type cpu in backend string"). The wrapper keeps the first entry per
+    device type.
+    """
+    original = torch.distributed.init_process_group
+    if _is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args, backend=None, **kwargs):
+        if isinstance(backend, str) and "," in backend:
+            by_device: dict[str, str] = {}
+            for entry in backend.split(","):
+                by_device.setdefault(entry.split(":", 1)[0], entry)
+            backend = ",".join(by_device.values())
+        return original(*args, backend=backend, **kwargs)
+
+    torch.distributed.init_process_group = _mark(init_process_group)
+
+
+def select_cuda_registered_engines() -> None:
+    """Let veRL's FSDP training engines be found for device `cpu`.
+
+    verl/workers/engine/fsdp/transformer_impl.py:1143 and :1594 register the FSDP/FSDP2 engines for
+    `device=["cuda", "npu"]` only, so `EngineRegistry.get_engine_cls` (verl/workers/engine/base.py:399)
+    raises "No engine registered for device='cpu'". The engines are device-agnostic (they go through
+    `get_device_id()` / `get_torch_device()`, i.e. this platform), so engine selection is pointed at
+    the cuda registrations through veRL's own override, VERL_ENGINE_DEVICE (base.py:405), instead of
+    importing every engine at `import verl` to re-register it. An explicit user value is kept.
+    """
+    os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+
+
+def keep_plain_vllm_linear_weights() -> None:
+    """Keep vLLM-CPU's linear weights as plain parameters, so veRL can overwrite them in place.
+
+    vllm/model_executor/layers/linear.py:216-220 (`UnquantizedLinearMethod.process_weights_after_loading`)
+    calls `dispatch_cpu_unquantized_gemm(layer, remove_weight=True)`
+    (vllm/model_executor/layers/utils.py:234), which packs the weight into a oneDNN/sgl-kernel handle
+    and replaces `layer.weight` with an empty Parameter. veRL's full-weight sync then calls
+    `model.load_weights(...)` on the live engine and fails with "'Parameter' object has no attribute
+    'weight_loader'", and the run hangs (full-parameter training, and LoRA's base-weight sync with
+    `load_format=dummy`). Here 2-D linear layers compute with `F.linear` on their own, live weight;
+    other layers keep vLLM's dispatch. The price, losing oneDNN weight packing, is nothing at the
+    scale one trains on a CPU.
+
+    Only processes that already imported vLLM are patched (the vLLM worker imports veRL's worker
+    extension, hence this plugin, before it loads the model); the rest never load vLLM weights.
+    """
+    if "vllm" not in sys.modules:
+        return
+    from vllm.model_executor.layers import utils as vllm_layer_utils
+
+    original = vllm_layer_utils.dispatch_cpu_unquantized_gemm
+    if _is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        if layer.weight.ndim != 2 or layer.weight.is_meta:
+            return original(layer, remove_weight)
+        layer.cpu_linear = torch.nn.functional.linear
+        return None
+
+    vllm_layer_utils.dispatch_cpu_unquantized_gemm = _mark(dispatch_cpu_unquantized_gemm)
+
+
+def tolerate_flush_kwarg_in_separate_async_logger() -> None:
+    """Let veRL's `separate_async` trainer start with `actor_rollout_ref.hybrid_engine=False`.
+
+    verl/trainer/ppo/v1/trainer_separate_async.py:181-185 calls `logger.info(..., flush=True)`; a
+    `logging.Logger` has no `flush` argument, so `_setup` dies with "Logger._log() got an unexpected
+    keyword argument 'flush'" on every platform, GPUs included. The module's logger is wrapped in an
+    adapter that drops that argument. (Not CPU-specific: it belongs with the platform-independent
+    veRL patches once those exist for the split trainer.)
+    """
+    from verl.trainer.ppo.v1 import trainer_separate_async
+
+    if isinstance(trainer_separate_async.logger, _FlushTolerantLogger):
+        return
+    trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
+
+
+class _FlushTolerantLogger(logging.LoggerAdapter):
+    def log(self, level, msg, *args, **kwargs):
+        kwargs.pop("flush", None)
+        super().log(level, msg, *args, **kwargs)
+
+
+def apply_all() -> None:
+    dedupe_process_group_backend()
+    select_cuda_registered_engines()
+    keep_plain_vllm_linear_weights()
+    tolerate_flush_kwarg_in_separate_async_logger()
