@@ -19,7 +19,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 smoke: $(STAMP)
-	bash examples/run_cpu_smoke.sh
+	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -32,7 +32,8 @@ def trained(tmp_path_factory):
     model.base_model.model.config.save_pretrained(actor / "huggingface")
     AutoTokenizer.from_pretrained(paths["model"]).save_pretrained(actor / "huggingface")
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
-    (actor / "lora_train_meta.json").write_text(json.dumps({"r": 8, "lora_alpha": 32, "task_type": "CAUSAL_LM"}))
+    (actor / "lora_train_meta.json").write_text(json.dumps({"r": 8, "lora_alpha": 32, "task_type": "CAUSAL_LM",
+                                                                 "lora_dropout": 0.05}))
     tokens = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(tokens).logits
@@ -41,8 +42,9 @@ def trained(tmp_path_factory):
 
 def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
     checkpoint, base_path, tokens, expected = trained
-    paths = export(checkpoint, tmp_path / "out", merged=True, lora_dropout=0.05, base_model=str(base_path))
+    paths = export(checkpoint, tmp_path / "out", merged=True, base_model=str(base_path))
     adapter_config = json.loads((paths["adapter"] / "adapter_config.json").read_text())
+    # r/alpha from veRL's merger, dropout from the plugin's entry in lora_train_meta.json
     assert (adapter_config["r"], adapter_config["lora_alpha"], adapter_config["lora_dropout"]) == (8, 32, 0.05)
     assert adapter_config["base_model_name_or_path"] == str(base_path)
     assert set(adapter_config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",

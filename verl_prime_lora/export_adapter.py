@@ -11,8 +11,10 @@ weights and a ``lora_adapter/`` folder; this command runs it and leaves
 * ``OUT/merged`` (with ``--merged``): the base model with the adapter merged in, plus the tokenizer
   (the merge uses ``--base_model`` in its own precision when given, else the merger's bf16 weights).
 
-The merger records only r, alpha and the task type. ``lora_dropout`` and ``base_model_name_or_path``
-are filled in from the options (dropout matters only to continue training; the seed used 0.05).
+The merger records only r, alpha and the task type. ``lora_dropout`` comes from ``--lora_dropout``,
+else from the checkpoint's ``lora_train_meta.json`` (this plugin records it there, see
+verl_prime_lora/verl_patches.py); ``base_model_name_or_path`` from ``--base_model``. Dropout matters
+only to continue training.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def export(checkpoint: str | Path, out: str | Path, merged: bool = False, lora_d
         shutil.copytree(lora, paths["adapter"])
         adapter_config_path = paths["adapter"] / "adapter_config.json"
         adapter_config = json.loads(adapter_config_path.read_text())
+        meta_path = actor / "lora_train_meta.json"
+        if lora_dropout is None and meta_path.is_file():
+            lora_dropout = json.loads(meta_path.read_text()).get("lora_dropout")
         if lora_dropout is not None:
             adapter_config["lora_dropout"] = lora_dropout
         adapter_config["base_model_name_or_path"] = base_model or adapter_config.get("base_model_name_or_path")
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkpoint", help="veRL checkpoint folder global_step_N (or its actor/ folder)")
     parser.add_argument("--out", required=True, help="output folder (adapter/, merged/)")
     parser.add_argument("--merged", action="store_true", help="also write the base model with the adapter merged")
-    parser.add_argument("--lora_dropout", type=float, default=None, help="record this dropout in adapter_config")
+    parser.add_argument("--lora_dropout", type=float, default=None, help="dropout to record in adapter_config (default: the checkpoint's lora_train_meta.json)")
     parser.add_argument("--base_model", default=None, help="record this base model path/name in adapter_config")
     args = parser.parse_args(argv)
     for name, path in export(args.checkpoint, args.out, args.merged, args.lora_dropout, args.base_model).items():
