@@ -18,6 +18,8 @@ REGISTERING_MODULES = (
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
     "verl_prime_lora.hydra_search_path",  # `+recipe=prime_lora` config group
     "verl_prime_lora.core_algos",  # `prime_grpo` / `prime_rloo` advantage estimators
+    "verl_prime_lora.verl_patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
+    "verl_prime_lora.trainer",  # `prime_sync` / `prime_separate_async` V1 trainers
 )
 
 

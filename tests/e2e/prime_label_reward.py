@@ -1,0 +1,14 @@
+"""Test-only reward for the PRIME end-to-end test: varied scores AND varied 0/1 `acc` labels.
+
+A random tiny model never answers correctly, so a real verifier gives every response acc = 0: the
+PRM would then only learn "everything is wrong" and every group's outcome advantage would be 0.
+Here `acc` = 1 when at least a quarter of the response's characters are digits (varies between
+samples of one prompt), `score` = acc + that digit share, and `format` is a decoy the PRM must
+never be trained on (it is the opposite of `acc`).
+"""
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    digit_share = sum(char.isdigit() for char in solution_str) / max(len(solution_str), 1)
+    acc = float(digit_share >= 0.25)
+    return {"score": acc + digit_share, "acc": acc, "format": 1.0 - acc}

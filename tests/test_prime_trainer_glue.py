@@ -1,0 +1,417 @@
+"""The PRIME glue that runs without Ray: config checks, the driver-side validation hook, LoRA dropout on
+veRL's FSDP engine, the PRM loss function on hand-built TensorDicts, reference selection, labels and
+checkpoint paths."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import verl
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from tensordict import NonTensorData, TensorDict
+
+import verl_prime_lora.verl_patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
+from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.core_algos import prm_bce_loss
+from verl_prime_lora.prm_worker import (
+    PRM_LABEL_FIELD,
+    PRM_REF_FIELD,
+    build_prm_worker_config,
+    labels_from_extra_fields,
+    nested_rows,
+    prm_checkpoint_dir,
+    prm_loss,
+)
+from verl_prime_lora.trainer import (
+    REF_ACTOR_BASE,
+    REF_ACTOR_REF,
+    REF_FROZEN,
+    REF_POLICY_OLD,
+    REF_POLICY_T1,
+    REF_PRM_ADAPTER_OFF,
+    PrimeTrainerSeparateAsync,
+    PrimeTrainerSync,
+    pad_nested,
+    prime_advantages,
+    prm_rewards_and_metrics,
+    process_reward_stats,
+    reference_source,
+    resolve_resume_folder,
+)
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+def compose_ppo(*overrides):
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
+    return cfg
+
+
+def colocated(*overrides):
+    return compose_ppo("+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m", *overrides)
+
+
+# --------------------------------------------------------------------------------------------------
+# config checks
+# --------------------------------------------------------------------------------------------------
+
+
+def test_both_recipes_are_valid():
+    validate_prime_config(colocated())
+    validate_prime_config(compose_ppo("+recipe=prime_lora", "actor_rollout_ref.model.path=/m"))
+    validate_prime_config(colocated("algorithm.adv_estimator=prime_rloo"))
+
+
+def test_plain_verl_configs_are_left_alone():
+    validate_prime_config(compose_ppo())  # no PRIME trainer, no PRIME estimator
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["actor_rollout_ref.model.lora.merge=false"], "actor_rollout_ref.model.lora.merge"),
+        (["actor_rollout_ref.rollout.n=1"], "actor_rollout_ref.rollout.n"),
+        (["trainer.v1.trainer_mode=separate_async"], "trainer.v1.trainer_mode"),
+        (["algorithm.adv_estimator=grpo"], "algorithm.adv_estimator"),
+        (["prime.prm.update=reverse"], "prime.prm.update"),
+        (["prime.prm.reference=sft"], "prime.prm.reference"),
+        (["prime.prm.label_key=format"], "prime.prm.label_key"),
+        (["prime.prm.mini_batch_size=3"], "prime.prm.mini_batch_size"),
+        (["prime.prm.beta=0"], "prime.prm.beta"),
+    ],
+)
+def test_each_error_names_its_key(overrides, key):
+    cfg = compose_ppo("+recipe=prime_lora", "actor_rollout_ref.model.path=/m", *overrides)
+    with pytest.raises(PrimeConfigError) as err:
+        validate_prime_config(cfg)
+    assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+def test_prime_estimator_without_prime_trainer():
+    cfg = compose_ppo("algorithm.adv_estimator=prime_grpo")
+    with pytest.raises(PrimeConfigError, match=r"^trainer\.v1\.trainer_mode:"):
+        validate_prime_config(cfg)
+
+
+def test_stray_recipe_string_is_an_error():
+    cfg = compose_ppo()  # what Hydra composes when the `recipe` group is not on its search path:
+    OmegaConf.set_struct(cfg, False)
+    cfg.recipe = "prime_lora"  # the override lands as a plain string key
+    with pytest.raises(PrimeConfigError, match=r"^recipe:"):
+        validate_prime_config(cfg)
+
+
+class _Tok:
+    def __init__(self, vocab, eos=0):
+        self._vocab, self.eos_token_id, self.bos_token_id, self.pad_token_id = vocab, eos, None, eos
+
+    def get_vocab(self):
+        return dict(self._vocab)
+
+
+def test_prm_tokenizer_must_match(monkeypatch):
+    import transformers
+
+    toks = {"/actor": _Tok({"a": 0, "b": 1}), "/prm_same": _Tok({"a": 0, "b": 1}), "/prm_other": _Tok({"a": 0, "c": 1})}
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda p, **kw: toks[p])
+    base = ("+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/actor")
+    validate_prime_config(compose_ppo(*base, "prime.prm.model.path=/prm_same"))
+    with pytest.raises(PrimeConfigError, match=r"^prime\.prm\.model\.path:.*vocabularies differ"):
+        validate_prime_config(compose_ppo(*base, "prime.prm.model.path=/prm_other"))
+    with pytest.raises(PrimeConfigError, match=r"^prime\.prm\.model\.tokenizer_path:"):
+        validate_prime_config(compose_ppo(*base, "prime.prm.model.tokenizer_path=/prm_other"))
+
+
+def test_driver_validation_wraps_verl_validate_config():
+    import verl.utils.config as verl_config
+
+    assert getattr(verl_config.validate_config, "_verl_prime_lora_patched", False)
+    with pytest.raises(PrimeConfigError, match=r"^actor_rollout_ref\.rollout\.n:"):
+        verl_config.validate_config(colocated("actor_rollout_ref.rollout.n=1"), use_reference_policy=False, use_critic=False)
+
+
+def test_main_ppo_fails_before_ray_with_the_key(tmp_path):
+    """The real entry point: the error comes from the driver, before `ray.init` (no Ray log line)."""
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=prime_lora_colocated",
+         "actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.n=1"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "PrimeConfigError: actor_rollout_ref.rollout.n:" in proc.stderr
+    assert "Started a local Ray instance" not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# LoRA dropout on veRL's FSDP engine
+# --------------------------------------------------------------------------------------------------
+
+
+def _tiny_causal_lm():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(cfg)
+
+
+def _engine_stub(dropout):
+    model_config = SimpleNamespace(
+        lora_rank=4, lora_alpha=8, target_modules="all-linear", target_parameters=None, exclude_modules=None,
+        lora_adapter_path=None, use_shm=False, lora={"dropout": dropout, "merge": False},
+    )
+    return SimpleNamespace(model_config=model_config)
+
+
+@pytest.mark.parametrize("dropout", [0.05, 0.0])
+def test_fsdp_engine_lora_gets_dropout(dropout, tmp_path):
+    import torch.nn as nn
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    assert getattr(FSDPEngine._build_lora_module, "_verl_prime_lora_patched", False)
+    peft_model = FSDPEngine._build_lora_module(_engine_stub(dropout), _tiny_causal_lm())
+    layers = [m.lora_dropout["default"] for m in peft_model.modules() if isinstance(getattr(m, "lora_dropout", None), nn.ModuleDict)]
+    assert layers
+    if dropout > 0:
+        assert all(isinstance(d, nn.Dropout) and d.p == pytest.approx(dropout) for d in layers)
+    else:
+        assert all(isinstance(d, nn.Identity) for d in layers)
+    assert peft_model.peft_config["default"].lora_dropout == pytest.approx(dropout)
+
+    # the saved adapter says so, and so does veRL's checkpoint metadata
+    peft_model.save_pretrained(tmp_path / "adapter")
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["lora_dropout"] == pytest.approx(dropout)
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    meta = FSDPCheckpointManager._get_lora_train_meta(None, peft_model)
+    assert meta["lora_dropout"] == pytest.approx(dropout) and meta["r"] == 4
+
+
+def test_lora_dropout_is_active_in_train_mode_only():
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    peft_model = FSDPEngine._build_lora_module(_engine_stub(0.5), _tiny_causal_lm())
+    for m in peft_model.modules():  # make the adapter non-zero so dropout shows in the output
+        if hasattr(m, "lora_B") and "default" in m.lora_B:
+            torch.nn.init.normal_(m.lora_B["default"].weight)
+    ids = torch.arange(10).unsqueeze(0)
+    peft_model.eval()
+    a, b = peft_model(input_ids=ids).logits, peft_model(input_ids=ids).logits
+    assert torch.equal(a, b)
+    peft_model.train()
+    torch.manual_seed(1)
+    c = peft_model(input_ids=ids).logits
+    assert not torch.allclose(a, c)
+
+
+# --------------------------------------------------------------------------------------------------
+# the PRM loss function on hand-built TensorDicts (what TrainingWorker hands to it)
+# --------------------------------------------------------------------------------------------------
+
+
+def _nested(rows):
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def _micro_batch(beta=0.05):
+    torch.manual_seed(0)
+    prompt_lens, resp_lens = [2, 3, 2], [3, 2, 1]
+    resp_mask = [torch.ones(3), torch.ones(2), torch.zeros(1)]  # row 2 = a veRL padding row
+    seq_lp = [torch.randn(p + r, requires_grad=True) for p, r in zip(prompt_lens, resp_lens)]
+    ref = [torch.randn(r) for r in resp_lens]
+    labels = torch.tensor([1.0, 0.0, 1.0])
+    data = TensorDict(
+        {
+            "prompts": _nested([torch.zeros(p, dtype=torch.long) for p in prompt_lens]),
+            "responses": _nested([torch.zeros(r, dtype=torch.long) for r in resp_lens]),
+            "response_mask": _nested(resp_mask),
+            PRM_REF_FIELD: _nested(ref),
+            PRM_LABEL_FIELD: nested_rows(labels, resp_lens),
+            "global_batch_size": NonTensorData(4),
+            "dp_size": NonTensorData(2),
+        },
+        batch_size=[3],
+    )
+    # model log-probs over the whole sequence; position t predicts token t+1 (veRL's convention)
+    model_output = {"log_probs": _nested(seq_lp)}
+    expected_logits = []
+    for lp, p, r, rf, m in zip(seq_lp, prompt_lens, resp_lens, ref, resp_mask):
+        resp_lp = lp[p - 1 : p + r - 1]
+        expected_logits.append(beta * ((resp_lp - rf) * m).sum())
+    return model_output, data, seq_lp, torch.stack(expected_logits), labels
+
+
+def test_prm_loss_matches_the_bce_of_core_algos_with_global_normalisation():
+    beta = 0.05
+    model_output, data, seq_lp, logits, labels = _micro_batch(beta)
+    loss, metrics = prm_loss(model_output, data, beta=beta)
+    mask = torch.tensor([[1.0], [1.0], [0.0]])
+    expected = prm_bce_loss(logits, labels, mask, reduction="sum") * 2 / 4  # x dp_size / global_batch_size
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    # by hand: the padding row is excluded
+    by_hand = sum(-(y * math.log(torch.sigmoid(z).item()) + (1 - y) * math.log(1 - torch.sigmoid(z).item()))
+                  for z, y in zip(logits[:2], labels[:2].tolist()))
+    assert loss.item() == pytest.approx(by_hand * 2 / 4, rel=1e-5)
+    loss.backward()
+    assert seq_lp[0].grad is not None and seq_lp[0].grad.abs().sum() > 0
+    assert seq_lp[2].grad is None or seq_lp[2].grad.abs().sum() == 0  # padding row gets no gradient
+
+
+def test_prm_label_column_is_never_the_format_reward():
+    extra = [{"reward_extra_info": {"acc": 1.0, "format": 0.0, "score": 1.0}},
+             NonTensorData({"reward_extra_info": {"acc": 0, "format": 1.0}}),
+             {"reward_extra_info": {}}]
+    labels = labels_from_extra_fields(extra, [False, False, True], "acc")
+    assert labels.tolist() == [1.0, 0.0, 0.0]  # padding row -> 0 (its response mask is empty anyway)
+    with pytest.raises(KeyError, match="prime.prm.label_key"):
+        labels_from_extra_fields([{"reward_extra_info": {"format": 1.0}}], [False], "acc")
+
+
+def test_nested_helpers_round_trip():
+    x = torch.arange(12.0).reshape(3, 4)
+    nt = nested_rows(x, [4, 2, 0])
+    assert pad_nested(nt, 4).tolist() == [[0, 1, 2, 3], [4, 5, 0, 0], [0, 0, 0, 0]]
+    lab = nested_rows(torch.tensor([1.0, 0.0]), [3, 1])
+    assert pad_nested(lab, 3).tolist() == [[1, 1, 1], [0, 0, 0]]
+
+
+def test_process_reward_stats_ignore_padding_rows():
+    r = torch.tensor([[0.1, 0.2, 0.0], [-0.3, 0.0, 0.0], [5.0, 5.0, 5.0]])
+    m = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]]).float()
+    stats = process_reward_stats(r, m, torch.tensor([1.0, 0.0, 1.0]))
+    assert stats["prm/process_reward/token_max"] == pytest.approx(0.2)
+    assert stats["prm/process_reward/seq_mean"] == pytest.approx((0.3 - 0.3) / 2)
+    assert stats["prm/process_reward/seq_mean_correct"] == pytest.approx(0.3)
+    assert all(math.isfinite(v) for v in stats.values())
+
+
+# --------------------------------------------------------------------------------------------------
+# reference selection, trainer mode, checkpoint paths, worker config
+# --------------------------------------------------------------------------------------------------
+
+
+def test_reference_source_picks_the_cheapest_correct_one():
+    assert reference_source(colocated(), use_reference_policy=False) == REF_ACTOR_BASE  # T=0.7: recompute at 1
+    assert reference_source(colocated("actor_rollout_ref.rollout.temperature=1.0"), True) == REF_ACTOR_REF
+    assert reference_source(colocated("actor_rollout_ref.rollout.temperature=1.0"), False) == REF_ACTOR_BASE
+    assert reference_source(colocated("prime.prm.model.lora_rank=8"), False) == REF_PRM_ADAPTER_OFF
+    assert reference_source(colocated("prime.prm.model.path=/other"), False) == REF_FROZEN
+    assert reference_source(colocated("actor_rollout_ref.model.lora_rank=0"), False) == REF_FROZEN
+    assert reference_source(colocated("prime.prm.reference=policy"), False) == REF_POLICY_T1
+    assert reference_source(colocated("prime.prm.reference=policy", "actor_rollout_ref.rollout.temperature=1.0"), False) == REF_POLICY_OLD
+
+
+def test_prime_trainers_present_their_verl_mode():
+    for cls, base, name in ((PrimeTrainerSync, "sync", "prime_sync"), (PrimeTrainerSeparateAsync, "separate_async", "prime_separate_async")):
+        trainer = object.__new__(cls)
+        trainer.trainer_mode = name  # what PPOTrainer.__init__ assigns
+        assert trainer.trainer_mode == base and trainer.prime_trainer_mode == name
+    from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+
+    assert get_trainer_cls("prime_sync") is PrimeTrainerSync
+    assert get_trainer_cls("prime_separate_async") is PrimeTrainerSeparateAsync
+
+
+def test_resume_folder_and_prm_nesting(tmp_path, monkeypatch):
+    ckpt = tmp_path / "ckpts"
+    (ckpt / "global_step_2").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
+    t = OmegaConf.create({"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None})
+    assert resolve_resume_folder(t) == str(ckpt / "global_step_2")
+    assert prm_checkpoint_dir(resolve_resume_folder(t)) == str(ckpt / "global_step_2" / "prm")
+    t.resume_mode = "disable"
+    assert resolve_resume_folder(t) is None
+    t.resume_mode, t.resume_from_path = "resume_path", "rel/global_step_7"
+    monkeypatch.chdir(tmp_path)
+    assert resolve_resume_folder(t) == str(tmp_path / "rel" / "global_step_7")
+    t.resume_mode, t.default_local_dir = "auto", str(tmp_path / "empty")
+    assert resolve_resume_folder(t) is None
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    subprocess.run([sys.executable, "-m", "verl_prime_lora.tiny", "--out", str(out)], check=True, capture_output=True)
+    return str(out / "model")
+
+
+def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
+    cfg = compose_ppo("+recipe=[prime_lora_colocated,cpu]", f"actor_rollout_ref.model.path={tiny_model}",
+                      "prime.prm.micro_batch_size_per_gpu=2", "prime.prm.optim.lr=3e-6")
+    wc = build_prm_worker_config(cfg.prime.prm, total_training_steps=11)
+    assert wc.model_type == "language_model"
+    assert wc.model_config.path == tiny_model and wc.model_config.lora_rank == 0
+    assert (wc.engine_config.model_dtype, wc.engine_config.dtype) == ("fp32", "bfloat16")
+    assert wc.engine_config.strategy == "fsdp2" and not wc.engine_config.forward_only
+    assert wc.engine_config.micro_batch_size_per_gpu == 2 and wc.engine_config.infer_micro_batch_size_per_gpu == 4
+    assert wc.optimizer_config.lr == pytest.approx(3e-6) and wc.optimizer_config.total_training_steps == 11
+    assert wc.model_config.override_config["attn_implementation"] == "sdpa"
+    ref = build_prm_worker_config(OmegaConf.merge(cfg.prime.prm, {"model": {"lora_rank": 8}}), 11, forward_only=True)
+    assert ref.engine_config.forward_only and ref.model_config.lora_rank == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# process rewards -> registered estimator: padding rows and reordered batches (groups by uid)
+# --------------------------------------------------------------------------------------------------
+
+
+def _step_tensors(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    B, T = 6, 5
+    lengths = torch.tensor([5, 3, 4, 2, 5, 1])
+    mask = (torch.arange(T)[None] < lengths[:, None]).float()
+    mask[5] = 0  # a veRL padding row (uid "pad...", empty response)
+    prm = -torch.rand(B, T, generator=g) * mask
+    ref = -torch.rand(B, T, generator=g) * mask
+    labels = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    scores = torch.zeros(B, T)
+    scores[torch.arange(B), (lengths - 1).clamp_min(0)] = labels * 2
+    scores = scores * mask
+    uid = ["a", "a", "b", "b", "c", "pad0"]
+    return prm, ref, mask, labels, uid, scores
+
+
+@pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo"])
+def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
+    
+    prm, ref, mask, labels, uid, scores = _step_tensors()
+    algo = OmegaConf.create({"adv_estimator": estimator, "gamma": 1.0, "norm_adv_by_std_in_grpo": True,
+                             "prime": {"process_std_threshold": 0.0}})
+    r, metrics = prm_rewards_and_metrics(prm, ref, ref * 0 + ref, mask, labels, np.array(uid, dtype=object), 0.05)
+    assert all(math.isfinite(v) for v in metrics.values())
+    assert torch.all(r[5] == 0)
+    adv, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r)
+    assert torch.all(adv[5] == 0)
+
+    perm = [4, 2, 5, 0, 3, 1]  # veRL's _balance_batch reorders rows
+    r_p, _ = prm_rewards_and_metrics(prm[perm], ref[perm], ref[perm], mask[perm], labels[perm],
+                                     np.array([uid[i] for i in perm], dtype=object), 0.05)
+    adv_p, _ = prime_advantages(algo, scores[perm], mask[perm], np.array([uid[i] for i in perm], dtype=object), r_p)
+    assert torch.allclose(adv_p, adv[perm], atol=1e-6)
+
+
+def test_prm_metrics_before_and_after_the_update():
+
+    prm, ref, mask, labels, uid, _ = _step_tensors()
+    uid = np.array(uid, dtype=object)
+    _, m0 = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05, {"loss": 0.7, "grad_norm": 1.0, "lr": 1e-6})
+    assert m0["prm/ce_loss"] == pytest.approx(math.log(2))  # PRM == reference: z = 0
+    assert m0["prm/update_loss"] == 0.7 and m0["prm/grad_norm"] == 1.0 and m0["prm/lr"] == 1e-6
+    # a PRM that ranks the correct answer higher: group a (labels 1, 0) is right after the update;
+    # groups b (1, 1) and c (one row) have no pair and count 1/2 (core_algos' convention)
+    better = ref + 0.5 * labels[:, None] * mask
+    _, m1 = prm_rewards_and_metrics(ref, better, ref, mask, labels, uid, 0.05)
+    assert m1["prm/dpo_acc_before"] == pytest.approx(0.5)
+    assert m1["prm/dpo_acc"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)

@@ -1,0 +1,210 @@
+"""Checks of a composed veRL config for PRIME, run in the driver before Ray starts.
+
+`validate_prime_config(config)` raises `PrimeConfigError` (a `ValueError`) whose message names the
+offending key. It is called
+
+* in the driver, from veRL's own `validate_config` (main_ppo.py:177, before `run_ppo` calls
+  `ray.init`), through the one wrapper installed by `verl_prime_lora.verl_patches` — veRL has no
+  config hook before Ray starts; and
+* again in the PRIME trainers' `__init__` (inside the TaskRunner), for entry points that bypass
+  `main_ppo.main`.
+
+It only reads the config (plus the two tokenizers when the PRM has its own model/tokenizer path).
+Nothing here imports torch or Ray.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# trainer.v1.trainer_mode names registered by verl_prime_lora.trainer, and the veRL mode each extends.
+PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
+# Estimators that take PRIME's process rewards (registered by verl_prime_lora.core_algos).
+PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
+UPDATE_MODES = ("before", "after", "none")
+REFERENCE_TYPES = ("init", "policy")
+# Reward-info keys that are not an outcome accuracy and must never become the PRM label.
+FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
+
+
+class PrimeConfigError(ValueError):
+    """A PRIME config problem; the message starts with the offending key."""
+
+
+def _get(config: Any, path: str, default: Any = None) -> Any:
+    value = OmegaConf.select(config, path, default=default) if isinstance(config, DictConfig) else default
+    return default if value is None else value
+
+
+def _lora_rank(config: Any) -> int:
+    rank = int(_get(config, "actor_rollout_ref.model.lora.rank", 0) or 0)
+    if rank <= 0:
+        rank = int(_get(config, "actor_rollout_ref.model.lora_rank", 0) or 0)
+    return rank
+
+
+def actor_uses_lora(config: Any) -> bool:
+    """Mirrors veRL's `ref_in_actor` test (trainer_base.py:234-237)."""
+    return _lora_rank(config) > 0 or _get(config, "actor_rollout_ref.model.lora_adapter_path") is not None
+
+
+def is_prime_trainer(config: Any) -> bool:
+    return _get(config, "trainer.v1.trainer_mode") in PRIME_TRAINERS
+
+
+def estimator_takes_process_rewards(name: str) -> bool | None:
+    """True/False once the estimator is registered in veRL; None if it is unknown (not importable here)."""
+    try:
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+        fn = get_adv_estimator_fn(name)
+    except Exception:  # noqa: BLE001 - unknown name or veRL not importable: decided by the name alone
+        return None
+    return "process_rewards" in inspect.signature(fn).parameters
+
+
+def _fail(key: str, message: str) -> None:
+    raise PrimeConfigError(f"{key}: {message}")
+
+
+def check_stray_recipe(config: Any) -> None:
+    recipe = config.get("recipe") if isinstance(config, DictConfig) else None
+    if isinstance(recipe, str):
+        _fail(
+            "recipe",
+            f"is the plain string {recipe!r}: Hydra did not find the config group `recipe`, so "
+            f"`+recipe={recipe}` became a stray key and none of the recipe was applied. Reinstall "
+            "verl-prime-lora (its Hydra search-path plugin registers the group) and check "
+            "`python -m verl.trainer.main_ppo --info searchpath`.",
+        )
+
+
+def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
+    """Raise `PrimeConfigError` naming the key if `config` cannot run PRIME correctly.
+
+    A config that neither selects a PRIME trainer nor a PRIME estimator is left alone (apart from
+    the stray-`recipe` check), so plain veRL runs are unaffected.
+    """
+    check_stray_recipe(config)
+    trainer_mode = _get(config, "trainer.v1.trainer_mode")
+    estimator = _get(config, "algorithm.adv_estimator")
+    prime_trainer = trainer_mode in PRIME_TRAINERS
+    prime_estimator = estimator in PRIME_ESTIMATORS
+    if not prime_trainer and not prime_estimator:
+        return
+
+    # 1. estimator <-> trainer pairing
+    if prime_estimator and not prime_trainer:
+        _fail(
+            "trainer.v1.trainer_mode",
+            f"algorithm.adv_estimator={estimator} needs process rewards, which only a PRIME trainer "
+            f"computes; got trainer_mode={trainer_mode!r}, use one of {sorted(PRIME_TRAINERS)} "
+            "(or a non-PRIME estimator such as grpo).",
+        )
+    if prime_trainer and not prime_estimator:
+        takes = estimator_takes_process_rewards(str(estimator))
+        if not takes:
+            _fail(
+                "algorithm.adv_estimator",
+                f"trainer_mode={trainer_mode} computes process rewards, but estimator {estimator!r} "
+                f"{'does not accept' if takes is False else 'is not a registered estimator that accepts'} "
+                f"a `process_rewards` argument; use one of {list(PRIME_ESTIMATORS)} (or "
+                "trainer.v1.trainer_mode=sync for a PRM-free run).",
+            )
+    if not bool(_get(config, "trainer.use_v1", True)):
+        _fail("trainer.use_v1", "PRIME runs on veRL's V1 trainer only; set trainer.use_v1=true.")
+
+    # 2. group size
+    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    if n < 2:
+        _fail(
+            "actor_rollout_ref.rollout.n",
+            f"is {n}; PRIME's group baselines need at least 2 responses per prompt.",
+        )
+
+    # 3. split placement: LoRA reaches vLLM only merged (veRL issue #7495)
+    base_mode = PRIME_TRAINERS.get(trainer_mode, trainer_mode)
+    split = base_mode == "separate_async" or not bool(_get(config, "actor_rollout_ref.hybrid_engine", True))
+    if split and actor_uses_lora(config) and not bool(_get(config, "actor_rollout_ref.model.lora.merge", False)):
+        _fail(
+            "actor_rollout_ref.model.lora.merge",
+            "must be True when the actor is LoRA and rollout runs on its own GPUs "
+            f"(trainer_mode={trainer_mode}, hybrid_engine={_get(config, 'actor_rollout_ref.hybrid_engine')}): "
+            "veRL 0.9.1 syncs only base weights to a separate vLLM otherwise, so the rollout would "
+            "silently keep sampling the initial policy (veRL issue #7495).",
+        )
+
+    # 4. the PRM block
+    prm = _get(config, "prime.prm")
+    if prm is None:
+        _fail("prime.prm", "is missing; select the recipe with `+recipe=prime_lora` (or _colocated).")
+    update = _get(config, "prime.prm.update", "after")
+    if update not in UPDATE_MODES:
+        _fail("prime.prm.update", f"is {update!r}; choose one of {list(UPDATE_MODES)}.")
+    reference = _get(config, "prime.prm.reference", "init")
+    if reference not in REFERENCE_TYPES:
+        _fail("prime.prm.reference", f"is {reference!r}; choose one of {list(REFERENCE_TYPES)}.")
+    beta = float(_get(config, "prime.prm.beta", 0.05))
+    if not beta > 0:
+        _fail("prime.prm.beta", f"is {beta}; the implicit-reward scale β must be > 0.")
+    label_key = str(_get(config, "prime.prm.label_key", "acc"))
+    if label_key in FORBIDDEN_LABEL_KEYS:
+        _fail(
+            "prime.prm.label_key",
+            f"is {label_key!r}; the PRM label must be the 0/1 outcome accuracy (`acc`), never the "
+            "format reward or the combined score.",
+        )
+    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
+    prm_mini = int(_get(config, "prime.prm.mini_batch_size", actor_mini) or actor_mini)
+    if prm_mini <= 0 or actor_mini % prm_mini != 0:
+        _fail(
+            "prime.prm.mini_batch_size",
+            f"is {prm_mini}; it must divide actor_rollout_ref.actor.ppo_mini_batch_size ({actor_mini}), "
+            "both counted in prompts (x rollout.n responses), so every PRM mini-batch is full.",
+        )
+
+    # 5. same tokenizer for PRM and policy
+    if check_tokenizers:
+        check_prm_tokenizer(config)
+
+
+def _tokenizer_path(config: Any, prefix: str) -> str | None:
+    return _get(config, f"{prefix}.tokenizer_path") or _get(config, f"{prefix}.path")
+
+
+def check_prm_tokenizer(config: Any) -> None:
+    """The PRM scores the policy's token ids, so both must share one tokenizer."""
+    actor_path = _tokenizer_path(config, "actor_rollout_ref.model")
+    prm_path = _tokenizer_path(config, "prime.prm.model")
+    if not actor_path or not prm_path or str(actor_path) == str(prm_path):
+        return
+    from transformers import AutoTokenizer
+
+    trust = bool(_get(config, "actor_rollout_ref.model.trust_remote_code", False))
+    actor_tok = AutoTokenizer.from_pretrained(str(actor_path), trust_remote_code=trust)
+    prm_tok = AutoTokenizer.from_pretrained(str(prm_path), trust_remote_code=trust)
+    problems = tokenizer_differences(actor_tok, prm_tok)
+    if problems:
+        key = "prime.prm.model.tokenizer_path" if _get(config, "prime.prm.model.tokenizer_path") else "prime.prm.model.path"
+        _fail(
+            key,
+            f"the PRM tokenizer ({prm_path}) differs from the policy's ({actor_path}): "
+            + "; ".join(problems)
+            + ". The PRM must read the policy's token ids unchanged.",
+        )
+
+
+def tokenizer_differences(a: Any, b: Any) -> list[str]:
+    problems = []
+    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
+    if vocab_a != vocab_b:
+        only_a = len(set(vocab_a.items()) - set(vocab_b.items()))
+        only_b = len(set(vocab_b.items()) - set(vocab_a.items()))
+        problems.append(f"vocabularies differ ({len(vocab_a)} vs {len(vocab_b)} entries; {only_a}/{only_b} unmatched)")
+    for attr in ("eos_token_id", "bos_token_id", "pad_token_id"):
+        if getattr(a, attr, None) != getattr(b, attr, None):
+            problems.append(f"{attr} {getattr(a, attr, None)} vs {getattr(b, attr, None)}")
+    return problems

@@ -1,0 +1,292 @@
+"""The implicit PRM on veRL's own trainable worker (`TrainingWorker` + FSDP engine).
+
+No new worker class and no hand-made training loop: the PRM is a `RayWorkerGroup` of veRL's
+`TrainingWorker` (workers/engine_workers.py:77), placed on the actor's resource pool, so it shards,
+offloads (`prime.prm.engine.param_offload/optimizer_offload`) and checkpoints like veRL's critic.
+PRIME only supplies
+
+* `prm_loss` — the loss function given to `TrainingWorker.set_loss_fn` (runs inside the worker):
+  BCE-with-logits of z = β·Σ_t (log π_φ − log π_ref)·m against the 0/1 accuracy label, from
+  `core_algos` (the math is not re-implemented here);
+* `build_prm_worker_config` — `prime.prm.*` → `TrainingWorkerConfig` (fp32 master weights,
+  bf16 compute by default, the PRM's own lr/scheduler/clip/micro-batch knobs);
+* `ImplicitPRM` — the controller-side handle the trainer uses: log-probs (with or without the LoRA
+  adapter), one update over the batch, save/load. Data travels through TransferQueue exactly as for
+  veRL's critic (`trainer_base.py:1721-1741, 1804-1825`).
+
+Both PRM and reference log-probs are computed at temperature 1.0 (the PRM is a likelihood model,
+not a sampler; veRL divides logits by the rollout temperature only when asked, so we always pass 1.0).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import partial
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+from tensordict import TensorDict
+
+from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
+
+logger = logging.getLogger(__name__)
+
+# TransferQueue fields written by the PRIME trainer for the PRM (per response token, nested).
+PRM_REF_FIELD = "prm_ref_log_prob"  # reference log-probs at temperature 1
+PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the response tokens
+PRM_TEMPERATURE = 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the loss (runs inside the TrainingWorker)
+# ---------------------------------------------------------------------------------------------
+
+
+def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float):
+    """PRM cross-entropy for one micro-batch, normalised over the global mini-batch.
+
+    ℓ = Σ_{valid rows i in micro-batch} BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
+    gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
+    the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py:147-162).
+    `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
+    from the sum) included.
+    """
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)  # (b, T), keeps the graph
+    padded = data.select("response_mask", PRM_REF_FIELD, PRM_LABEL_FIELD).to_padded_tensor()
+    mask = padded["response_mask"].to(log_prob.device)
+    ref = padded[PRM_REF_FIELD].to(log_prob.device)
+    labels = padded[PRM_LABEL_FIELD][:, 0].to(log_prob.device)
+    width = min(log_prob.shape[-1], mask.shape[-1])
+    log_prob, ref, mask = log_prob[:, :width], ref[:, :width], mask[:, :width]
+
+    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta)
+    loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum")
+    global_batch_size = data["global_batch_size"] if "global_batch_size" in data.keys() else None
+    dp_size = data["dp_size"] if "dp_size" in data.keys() else 1
+    if global_batch_size:
+        loss = loss_sum * dp_size / global_batch_size
+    else:
+        loss = loss_sum / (mask.sum(-1) > 0).sum().clamp_min(1)
+    return loss, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------
+
+
+def prm_node(config: DictConfig) -> DictConfig:
+    return config.prime.prm
+
+
+def prm_is_lora(prm_cfg: DictConfig) -> bool:
+    model = prm_cfg.model
+    return int(model.get("lora_rank", 0) or 0) > 0 or model.get("lora_adapter_path") is not None
+
+
+def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forward_only: bool = False):
+    """`prime.prm` → veRL `TrainingWorkerConfig` for the PRM (or, `forward_only`, its frozen reference)."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import TrainingWorkerConfig
+
+    prm_cfg = OmegaConf.create(OmegaConf.to_container(prm_cfg, resolve=True))
+    with open_dict(prm_cfg):
+        prm_cfg.optim.total_training_steps = int(total_training_steps)
+        if prm_cfg.optim.get("clip_grad") is None:
+            prm_cfg.optim.clip_grad = 1.0
+        prm_cfg.engine.forward_only = bool(forward_only)
+        if forward_only:  # the frozen reference of a full-parameter PRM: never LoRA, never trained
+            prm_cfg.model.lora_rank = 0
+            prm_cfg.model.lora_adapter_path = None
+
+    model_config = omega_conf_to_dataclass(prm_cfg.model)
+    engine_config = omega_conf_to_dataclass(prm_cfg.engine)
+    optimizer_config = omega_conf_to_dataclass(prm_cfg.optim)
+    checkpoint_config = omega_conf_to_dataclass(prm_cfg.checkpoint, dataclass_type=CheckpointConfig)
+
+    use_dynamic_bsz = bool(prm_cfg.get("use_dynamic_bsz", False))
+    micro = prm_cfg.get("micro_batch_size_per_gpu", 1)
+    infer_micro = prm_cfg.get("infer_micro_batch_size_per_gpu", None) or micro
+    max_tokens = prm_cfg.get("max_token_len_per_gpu", None)
+    engine_config.use_dynamic_bsz = use_dynamic_bsz
+    engine_config.micro_batch_size_per_gpu = micro
+    engine_config.infer_micro_batch_size_per_gpu = infer_micro
+    engine_config.max_token_len_per_gpu = max_tokens
+    engine_config.infer_max_token_len_per_gpu = prm_cfg.get("infer_max_token_len_per_gpu", None) or max_tokens
+    engine_config.use_remove_padding = bool(prm_cfg.model.get("use_remove_padding", False))
+    if use_dynamic_bsz and not max_tokens:
+        raise ValueError("prime.prm.max_token_len_per_gpu: required when prime.prm.use_dynamic_bsz=True")
+
+    return TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=model_config,
+        engine_config=engine_config,
+        optimizer_config=optimizer_config,
+        checkpoint_config=checkpoint_config,
+    )
+
+
+def prm_checkpoint_dir(global_step_folder: str) -> str:
+    """The PRM nests inside veRL's step folder: `<default_local_dir>/global_step_N/prm`."""
+    return os.path.join(global_step_folder, "prm")
+
+
+# ---------------------------------------------------------------------------------------------
+# the controller-side handle
+# ---------------------------------------------------------------------------------------------
+
+
+def _meta_for(batch, **extra_info):
+    """A copy of the step's KVBatchMeta with its own extra_info and every TQ field (fields=None)."""
+    from transfer_queue import KVBatchMeta
+
+    info = dict(batch.extra_info or {})
+    info.update(extra_info)
+    return KVBatchMeta(keys=list(batch.keys), tags=batch.tags, partition_id=batch.partition_id, fields=None, extra_info=info)
+
+
+def read_response_log_probs(batch) -> torch.Tensor:
+    """The `log_probs` a worker just wrote to TQ, cut to the response (nested, like old_log_probs)."""
+    import transfer_queue as tq
+    from verl.workers.utils.padding import response_from_nested
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
+    return response_from_nested(data["log_probs"], data["response_mask"])
+
+
+class ImplicitPRM:
+    """The PRM worker group (and, for a full-parameter PRM whose reference cannot be borrowed, a
+    frozen forward-only reference group) on one resource pool."""
+
+    def __init__(self, config: DictConfig, resource_pool, device_name: str, total_training_steps: int, need_frozen_ref: bool):
+        import ray
+        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+        from verl.workers.engine_workers import TrainingWorker
+
+        self.config = config
+        self.cfg = prm_node(config)
+        self.beta = float(self.cfg.beta)
+        self.is_lora = prm_is_lora(self.cfg)
+
+        worker_cfg = build_prm_worker_config(self.cfg, total_training_steps)
+        self.wg = RayWorkerGroup(
+            resource_pool=resource_pool,
+            ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(TrainingWorker), config=worker_cfg),
+            device_name=device_name,
+        )
+        self.wg.reset()
+        self.wg.set_loss_fn(partial(prm_loss, beta=self.beta))
+
+        self.ref_wg = None
+        if need_frozen_ref:
+            ref_cfg = build_prm_worker_config(self.cfg, total_training_steps, forward_only=True)
+            self.ref_wg = RayWorkerGroup(
+                resource_pool=resource_pool,
+                ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(TrainingWorker), config=ref_cfg),
+                device_name=device_name,
+            )
+            self.ref_wg.reset()
+        logger.info("implicit PRM ready (lora=%s, frozen reference group=%s)", self.is_lora, need_frozen_ref)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _infer(self, wg, batch, no_lora_adapter: bool) -> torch.Tensor:
+        import ray
+
+        meta = _meta_for(
+            batch,
+            compute_loss=False,
+            calculate_entropy=False,
+            temperature=PRM_TEMPERATURE,
+            no_lora_adapter=bool(no_lora_adapter),
+        )
+        output = wg.infer_batch(meta)
+        ray.get(output.futures)
+        return read_response_log_probs(batch)
+
+    def log_probs(self, batch) -> torch.Tensor:
+        """log π_φ of the responses (nested (B, T_i)), temperature 1."""
+        return self._infer(self.wg, batch, no_lora_adapter=False)
+
+    def reference_log_probs(self, batch) -> torch.Tensor:
+        """log π_ref with π_ref = the PRM's initial weights: adapter off (LoRA PRM) or the frozen group."""
+        if self.is_lora:
+            return self._infer(self.wg, batch, no_lora_adapter=True)
+        if self.ref_wg is None:
+            raise RuntimeError("full-parameter PRM without a frozen reference group")
+        return self._infer(self.ref_wg, batch, no_lora_adapter=False)
+
+    # -- update --------------------------------------------------------------------------------
+
+    def update(self, batch) -> dict[str, float]:
+        """One pass of mini-batch updates over the batch; returns veRL's reduced worker metrics."""
+        from verl.utils.metric import reduce_metrics
+
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        mini = int(self.cfg.get("mini_batch_size") or self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * n
+        meta = _meta_for(
+            batch,
+            global_batch_size=mini,
+            mini_batch_size=mini,
+            epochs=int(self.cfg.get("epochs", 1)),
+            seed=int(self.cfg.get("seed", 42)),
+            dataloader_kwargs={"shuffle": bool(self.cfg.get("shuffle", False))},
+            temperature=PRM_TEMPERATURE,
+            calculate_entropy=False,
+            no_lora_adapter=False,
+        )
+        output = self.wg.train_mini_batch(meta).get()
+        worker_metrics = dict(output["metrics"])
+        metrics = {}
+        for key in ("loss", "grad_norm", "lr"):
+            if key in worker_metrics:
+                metrics[key] = worker_metrics[key]
+        for key in ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb"):
+            if key in worker_metrics:
+                metrics[key.replace("perf/", "")] = worker_metrics[key]
+        return reduce_metrics(metrics)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self, local_path: str, remote_path: str | None, global_step: int, max_ckpt_to_keep: int | None) -> None:
+        self.wg.save_checkpoint(local_path, remote_path, global_step, max_ckpt_to_keep=max_ckpt_to_keep)
+
+    def load(self, local_path: str, del_local_after_load: bool = False) -> None:
+        if not os.path.isdir(local_path):
+            raise FileNotFoundError(
+                f"trainer.resume_mode: the checkpoint being resumed has no PRM state at {local_path}; "
+                "PRIME saves it with every veRL checkpoint (was this checkpoint written by a run without the PRM?)"
+            )
+        self.wg.load_checkpoint(local_path, del_local_after_load=del_local_after_load)
+
+
+def labels_from_extra_fields(extra_fields: list[Any], is_padding: list[bool], label_key: str) -> torch.Tensor:
+    """The PRM label per row: `reward_extra_info[label_key]` (the 0/1 accuracy), 0 on padding rows."""
+    labels = []
+    for i, (fields, pad) in enumerate(zip(extra_fields, is_padding, strict=True)):
+        if pad:
+            labels.append(0.0)
+            continue
+        fields = getattr(fields, "data", fields)
+        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        if label_key not in info:
+            raise KeyError(
+                f"prime.prm.label_key: row {i} has no reward_extra_info[{label_key!r}] (keys: {sorted(info)}); "
+                "the reward function must return the outcome accuracy under this key "
+                "(reward.custom_reward_function.path=pkg://verl_prime_lora.reward returns `acc`)."
+            )
+        labels.append(float(info[label_key]))
+    return torch.tensor(labels, dtype=torch.float32)
+
+
+def nested_rows(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Nested (B, T_i) tensor with row i = values[i] repeated over T_i tokens (or `values` (B,T) cut)."""
+    rows = []
+    for i, length in enumerate(lengths):
+        rows.append(values[i].expand(length).clone() if values.dim() == 1 else values[i, :length])
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)

@@ -1,0 +1,376 @@
+"""PRIME trainers for veRL 0.9.1's V1 loop, registered with `@register_trainer`.
+
+* `prime_sync` — veRL's `sync` trainer (actor, vLLM and PRM colocated; one or more GPUs).
+* `prime_separate_async` — veRL's `separate_async` trainer; with `actor_rollout_ref.hybrid_engine=false`
+  the actor and the PRM train on the trainer pool (GPU 0) and vLLM serves from its own GPU (GPU 1).
+
+Each is the veRL trainer plus `PrimeTrainerMixin`, which overrides only private hooks of
+`PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
+
+* `_load_checkpoint` (called at the end of `_setup`, line 392, once every pool exists): builds the
+  PRM worker group on the actor's pool, then veRL's resume, then the PRM's resume from
+  `global_step_N/prm`.
+* `_save_checkpoint` (line 948): the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
+  manager) into `global_step_N/prm` first, then veRL's own save, whose tracker file
+  `latest_checkpointed_iteration.txt` is written last — a checkpoint is never marked complete
+  without its PRM.
+* `_compute_advantage` (line 1743; runs after old/ref log-probs, before the actor update):
+  reference log-probs → labels → PRM forward → PRM update (`prime.prm.update`) → token process
+  rewards → the estimator named by `algorithm.adv_estimator`, called with `process_rewards`.
+
+The veRL mode name (`sync` / `separate_async`) is what the base classes see as `self.trainer_mode`
+(it selects the replay buffer, TQ checkpointing and `trainer.v1.<mode>.*`), so both PRIME trainers
+behave exactly like the veRL trainer they extend apart from the hooks above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import numpy as np
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.utils.debug import marked_timer
+from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+from verl_prime_lora.config_checks import actor_uses_lora, validate_prime_config
+from verl_prime_lora.core_algos import (
+    implicit_process_rewards,
+    prm_bce_loss,
+    prm_classification_accuracy,
+    prm_pairwise_accuracy,
+    prm_sequence_logits,
+)
+from verl_prime_lora.prm_worker import (
+    PRM_LABEL_FIELD,
+    PRM_REF_FIELD,
+    PRM_TEMPERATURE,
+    ImplicitPRM,
+    _meta_for,
+    labels_from_extra_fields,
+    nested_rows,
+    prm_checkpoint_dir,
+    prm_is_lora,
+)
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+# Where the PRM's reference log-probs come from (chosen once, logged, see `reference_source`).
+REF_PRM_ADAPTER_OFF = "prm_adapter_off"  # LoRA PRM, adapter disabled: its initial weights, no copy
+REF_ACTOR_REF = "actor_ref_log_prob"  # veRL's own ref log-probs, reused (same init, temperature 1)
+REF_ACTOR_BASE = "actor_adapter_off_t1"  # LoRA actor with adapter off at temperature 1 (= PRM init)
+REF_FROZEN = "frozen_prm_copy"  # a forward-only copy of the PRM's initial weights
+REF_POLICY_OLD = "actor_old_log_probs"  # `policy`: veRL's old log-probs, reused (temperature 1)
+REF_POLICY_T1 = "actor_policy_t1"  # `policy`: the actor recomputed at temperature 1
+
+
+def reference_source(config: DictConfig, use_reference_policy: bool) -> str:
+    """The cheapest correct source of log π_ref for the PRM's implicit reward.
+
+    `init` — the PRM's initial weights: a LoRA PRM disables its adapter; a full-parameter PRM that
+    starts from the (LoRA) actor's base borrows the actor with its adapter off (veRL's ref
+    log-probs when they exist at temperature 1, else one extra actor forward at temperature 1);
+    otherwise a frozen copy. `policy` — the rollout policy's old log-probs at temperature 1.
+    veRL computes old/ref log-probs at the rollout temperature (trainer_base.py:1654, 1701), so they
+    are reused only when that temperature is 1.0.
+    """
+    prm = config.prime.prm
+    rollout = config.actor_rollout_ref.rollout
+    t_is_one = float(rollout.temperature) == PRM_TEMPERATURE
+    bypass = bool((config.algorithm.get("rollout_correction") or {}).get("bypass_mode", False))
+    if prm.get("reference", "init") == "policy":
+        return REF_POLICY_OLD if t_is_one and not bypass else REF_POLICY_T1
+    if prm_is_lora(prm):
+        return REF_PRM_ADAPTER_OFF
+    same_init = str(prm.model.path) == str(config.actor_rollout_ref.model.path)
+    if same_init and actor_uses_lora(config):
+        return REF_ACTOR_REF if use_reference_policy and t_is_one else REF_ACTOR_BASE
+    return REF_FROZEN
+
+
+def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
+    """The `global_step_N` folder veRL resumes from (mirrors PPOTrainer._load_checkpoint, 850-876)."""
+    mode = trainer_cfg.resume_mode
+    if mode == "disable":
+        return None
+    if mode == "auto":
+        folder = trainer_cfg.default_local_dir
+        if not os.path.isabs(folder):
+            folder = os.path.join(os.getcwd(), folder)
+        return find_latest_ckpt_path(folder)
+    if mode == "resume_path":
+        folder = trainer_cfg.resume_from_path
+        if not os.path.isabs(folder):
+            folder = os.path.join(os.getcwd(), folder)
+        return folder
+    return None
+
+
+def pad_nested(nested: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, T_i) nested → (B, width) dense, zero padded."""
+    rows = nested.unbind()
+    out = torch.zeros(len(rows), width, dtype=rows[0].dtype if rows else torch.float32)
+    for i, row in enumerate(rows):
+        n = min(row.shape[0], width)
+        out[i, :n] = row[:n]
+    return out
+
+
+class PrimeTrainerMixin:
+    """The PRIME steps inside a veRL V1 trainer (see the module docstring)."""
+
+    _BASE_MODE: str = ""
+
+    # veRL's base classes read `self.trainer_mode` to decide replay buffer, TQ checkpointing and the
+    # `trainer.v1.<mode>` section; they must see the mode this trainer extends.
+    @property
+    def trainer_mode(self) -> str:
+        return self._BASE_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        self.prime_trainer_mode = value
+
+    def __init__(self, config: DictConfig):
+        validate_prime_config(config)
+        super().__init__(config)
+        self.prm: ImplicitPRM | None = None
+        self.prm_reference = reference_source(config, self.use_reference_policy)
+        self.prm_update_mode = str(config.prime.prm.get("update", "after"))
+        self.prm_beta = float(config.prime.prm.beta)
+        self.prm_label_key = str(config.prime.prm.get("label_key", "acc"))
+
+    # -------------------------------------------------------------------------------------------
+    # setup and checkpoints
+    # -------------------------------------------------------------------------------------------
+
+    def _actor_role(self):
+        for role in (Role.Actor, Role.ActorRolloutRef, Role.ActorRollout):
+            if role in self.role_worker_mapping:
+                return role
+        raise RuntimeError("no actor role in role_worker_mapping")
+
+    def _init_prm(self) -> None:
+        pool = self.resource_pool_manager.get_resource_pool(self._actor_role())
+        self.prm = ImplicitPRM(
+            config=self.config,
+            resource_pool=pool,
+            device_name=self.config.trainer.device,
+            total_training_steps=self.total_training_steps,
+            need_frozen_ref=self.prm_reference == REF_FROZEN,
+        )
+        logger.info(
+            "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s",
+            self.config.prime.prm.get("reference", "init"),
+            self.prm_reference,
+            self.prm_update_mode,
+            self.prm_beta,
+        )
+
+    def _load_checkpoint(self):
+        if self.prm is None:
+            self._init_prm()
+        super()._load_checkpoint()
+        if self.global_steps > 0:
+            folder = resolve_resume_folder(self.config.trainer)
+            if folder is not None:
+                path = prm_checkpoint_dir(folder)
+                logger.info("PRIME: restoring the PRM from %s", path)
+                self.prm.load(path, del_local_after_load=self.config.trainer.del_local_ckpt_after_load)
+
+    def _save_checkpoint(self):
+        trainer = self.config.trainer
+        step_dir = f"global_step_{self.global_steps}"
+        local = prm_checkpoint_dir(os.path.join(trainer.default_local_dir, step_dir))
+        remote = None if trainer.default_hdfs_dir is None else prm_checkpoint_dir(os.path.join(trainer.default_hdfs_dir, step_dir))
+        max_keep = 1 if trainer.get("remove_previous_ckpt_in_save", False) else trainer.get("max_actor_ckpt_to_keep", None)
+        with marked_timer("prm_save_checkpoint", getattr(self, "timing_raw", {})):
+            self.prm.save(local, remote, self.global_steps, max_ckpt_to_keep=max_keep)
+        super()._save_checkpoint()
+
+    # -------------------------------------------------------------------------------------------
+    # the PRIME step
+    # -------------------------------------------------------------------------------------------
+
+    def _actor_log_probs_t1(self, batch, no_lora_adapter: bool) -> torch.Tensor:
+        meta = _meta_for(
+            batch,
+            calculate_entropy=False,
+            compute_loss=False,
+            temperature=PRM_TEMPERATURE,
+            no_lora_adapter=no_lora_adapter,
+        )
+        self.actor_rollout_wg.compute_log_prob(meta)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
+        return response_from_nested(data["log_probs"], data["response_mask"])
+
+    def _prm_reference_log_probs(self, batch) -> torch.Tensor:
+        source = self.prm_reference
+        if source in (REF_ACTOR_REF, REF_POLICY_OLD):
+            field = "ref_log_prob" if source == REF_ACTOR_REF else "old_log_probs"
+            return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=[field])[field]
+        if source == REF_ACTOR_BASE:
+            return self._actor_log_probs_t1(batch, no_lora_adapter=True)
+        if source == REF_POLICY_T1:
+            return self._actor_log_probs_t1(batch, no_lora_adapter=False)
+        return self.prm.reference_log_probs(batch)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        timing = getattr(self, "timing_raw", {})
+
+        # 1. PRM forward, before any update of this step. It comes before the reference on purpose:
+        # FSDP2 fixes a parameter's mixed-precision dtypes at its first forward, and a LoRA PRM's
+        # reference forward disables the adapter (peft sets requires_grad=False on it), so a first
+        # forward in that state would leave bf16 gradients for fp32 adapter weights (torch refuses).
+        with marked_timer("prm_forward", timing):
+            prm_lp = self.prm.log_probs(batch)
+
+        # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
+        with marked_timer("prm_ref", timing):
+            ref_lp = self._prm_reference_log_probs(batch)
+        info = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"])
+        is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        labels = labels_from_extra_fields(list(info["extra_fields"]), is_padding, self.prm_label_key)
+        lengths = info["response_mask"].offsets().diff().tolist()
+        tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=TensorDict({PRM_REF_FIELD: ref_lp, PRM_LABEL_FIELD: nested_rows(labels, lengths)}, batch_size=len(batch)),
+        )
+
+        fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        response_mask_nested = data["response_mask"]
+        data = DataProto(batch=data.to_padded_tensor())
+        data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
+        mask = data.batch["response_mask"].float()
+        width = mask.shape[-1]
+        ref_pad = pad_nested(ref_lp, width).float()
+        uid = data.non_tensor_batch["uid"]
+
+        prm_before = pad_nested(prm_lp, width).float()
+        prm_used = prm_before
+        update_metrics = {}
+        # 3. PRM update per mode; `before` recomputes the rewards with the updated PRM
+        if self.prm_update_mode != "none":
+            with marked_timer("prm_update", timing):
+                update_metrics = self.prm.update(batch)
+            if self.prm_update_mode == "before":
+                with marked_timer("prm_forward_updated", timing):
+                    prm_used = pad_nested(self.prm.log_probs(batch), width).float()
+
+        # 4. token process rewards r = β·(log π_φ − log π_ref)·m, and the PRM metrics
+        process_rewards, prm_metrics = prm_rewards_and_metrics(
+            prm_before, prm_used, ref_pad, mask, labels, uid, self.prm_beta, update_metrics
+        )
+        metrics.update(prm_metrics)
+
+        # 5. advantages: veRL's own pre-processing (trainer_base.py:1751-1773), then the estimator
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        if self.config.algorithm.use_kl_in_reward:
+            data, kl_metrics = apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
+        bypass = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)
+        rollout_correction = rollout_corr_config is not None and "rollout_log_probs" in data.batch and not bypass
+        if rollout_correction:
+            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
+            metrics.update(is_metrics)
+
+        data.batch["advantages"], data.batch["returns"] = prime_advantages(
+            self.config.algorithm, data.batch["token_level_rewards"], data.batch["response_mask"], uid, process_rewards
+        )
+
+        # 6. write back exactly what veRL's _compute_advantage writes (trainer_base.py:1786-1800)
+        out_fields = ["advantages", "returns"]
+        if self.config.algorithm.use_kl_in_reward:
+            out_fields.append("token_level_rewards")
+        if rollout_correction:
+            out_fields.append("response_mask")
+            if "rollout_is_weights" in data.batch:
+                out_fields.append("rollout_is_weights")
+        output = {f: response_to_nested(data.batch[f], response_mask_nested) for f in out_fields}
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
+
+
+def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None):
+    """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
+
+    `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
+    `dpo_acc_before` are measured on them); `prm_used`: the ones the rewards come from (after the
+    update in `before` mode, the same tensor otherwise). All (B, T) padded; rows with an empty mask
+    (veRL's padding rows) count nowhere; groups are the `uid`s, whatever the row order.
+    """
+    logits_before = prm_sequence_logits(prm_before, ref, mask, beta)
+    metrics = {
+        "prm/ce_loss": prm_bce_loss(logits_before, labels, mask).item(),
+        "prm/classification_acc": prm_classification_accuracy(logits_before, labels, mask).item(),
+        "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, mask).item(),
+    }
+    for key, value in (update_metrics or {}).items():
+        name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
+        metrics[f"prm/{name}"] = value
+    process_rewards = implicit_process_rewards(prm_used, ref, mask, beta)
+    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(process_rewards.sum(-1), labels, uid, mask).item()
+    metrics.update(process_reward_stats(process_rewards, mask, labels))
+    return process_rewards, metrics
+
+
+def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards):
+    """The estimator named by `algorithm.adv_estimator`, called with the process rewards."""
+    estimator = get_adv_estimator_fn(algorithm_cfg.adv_estimator)
+    return estimator(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=uid,
+        config=algorithm_cfg,
+        process_rewards=process_rewards.to(token_level_rewards.dtype),
+    )
+
+
+def process_reward_stats(process_rewards: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Token and sequence statistics of the implicit process rewards over valid (non-padding) rows."""
+    valid_rows = mask.sum(-1) > 0
+    tokens = process_rewards[mask.bool()]
+    seq = process_rewards.sum(-1)[valid_rows]
+    lab = labels[valid_rows]
+    stats = {
+        "prm/process_reward/token_mean": tokens.mean().item() if tokens.numel() else 0.0,
+        "prm/process_reward/token_max": tokens.max().item() if tokens.numel() else 0.0,
+        "prm/process_reward/token_min": tokens.min().item() if tokens.numel() else 0.0,
+        "prm/process_reward/seq_mean": seq.mean().item() if seq.numel() else 0.0,
+        "prm/label_mean": lab.mean().item() if lab.numel() else 0.0,
+    }
+    for name, sel in (("correct", lab > 0.5), ("incorrect", lab <= 0.5)):
+        if sel.any():
+            stats[f"prm/process_reward/seq_mean_{name}"] = seq[sel].mean().item()
+    return stats
+
+
+@register_trainer("prime_sync")
+class PrimeTrainerSync(PrimeTrainerMixin, PPOTrainerSync):
+    """PRIME on veRL's colocated `sync` trainer."""
+
+    _BASE_MODE = "sync"
+
+
+@register_trainer("prime_separate_async")
+class PrimeTrainerSeparateAsync(PrimeTrainerMixin, PPOTrainerSeparateAsync):
+    """PRIME on veRL's `separate_async` trainer (split placement with hybrid_engine=false)."""
+
+    _BASE_MODE = "separate_async"
+

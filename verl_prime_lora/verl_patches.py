@@ -1,0 +1,146 @@
+"""Every monkeypatch of veRL that PRIME needs (the CPU platform keeps its own in `cpu/patches.py`).
+
+veRL 0.9.1 offers no hook for these two things, so each is a thin wrapper around one veRL function,
+applied once per process at `import verl` (this module is listed in `verl_plugin.REGISTERING_MODULES`),
+idempotent, and a no-op for configs that do not ask for it.
+
+1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
+   `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
+   The wrapper runs `config_checks.validate_prime_config` first, so a bad PRIME config fails in
+   seconds with a message naming the key, instead of minutes later inside a Ray actor. It works
+   because `python -m verl.trainer.main_ppo` executes `from verl.utils.config import validate_config`
+   (main_ppo.py:24) after `import verl` has loaded the plugins.
+
+2. `install_lora_dropout` wraps `FSDPEngine._build_lora_module`
+   (`verl/workers/engine/fsdp/transformer_impl.py:339-383`), whose `LoraConfig` (line 359-368) has no
+   `lora_dropout`. After veRL builds the adapter, the wrapper reads `model.lora.dropout` (the key that
+   veRL's hf_model.yaml already defines, documented there for Megatron only) and, if > 0, swaps each
+   LoRA layer's `nn.Identity` for `nn.Dropout(p)` and records `lora_dropout=p` in the adapter's
+   `peft_config` — exactly what peft's `LoraConfig(lora_dropout=p)` would have built. It also adds
+   `lora_dropout` to the `lora_train_meta.json` that veRL's FSDP checkpoint manager writes
+   (`verl/utils/checkpoint/fsdp_checkpoint_manager.py:102-120`), so a checkpoint records it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_MARK = "_verl_prime_lora_patched"
+
+
+def _is_patched(fn: Any) -> bool:
+    return bool(getattr(fn, _MARK, False))
+
+
+def _mark(fn: Any) -> Any:
+    setattr(fn, _MARK, True)
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. config validation in the driver, before Ray starts
+# ---------------------------------------------------------------------------------------------
+
+
+def install_driver_validation() -> None:
+    import verl.utils.config as verl_config
+
+    original = verl_config.validate_config
+    if _is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def validate_config(config, *args, **kwargs):
+        from verl_prime_lora.config_checks import validate_prime_config
+
+        validate_prime_config(config)
+        return original(config, *args, **kwargs)
+
+    verl_config.validate_config = _mark(validate_config)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. LoRA dropout on veRL's FSDP engine
+# ---------------------------------------------------------------------------------------------
+
+
+def lora_dropout_from_model_config(model_config: Any) -> float:
+    """`model.lora.dropout` of an HFModelConfig (dict or DictConfig), 0.0 when unset."""
+    lora = getattr(model_config, "lora", None) or {}
+    try:
+        value = lora.get("dropout", 0.0)
+    except AttributeError:
+        value = getattr(lora, "dropout", 0.0)
+    return float(value or 0.0)
+
+
+def apply_lora_dropout(peft_model: Any, p: float, adapter_name: str = "default") -> int:
+    """Give every LoRA layer of `peft_model` dropout `p` on its input, as `LoraConfig(lora_dropout=p)`.
+
+    Returns the number of LoRA layers changed. Call before FSDP wrapping.
+    """
+    import torch.nn as nn
+
+    changed = 0
+    for module in peft_model.modules():
+        dropouts = getattr(module, "lora_dropout", None)
+        if isinstance(dropouts, nn.ModuleDict) and adapter_name in dropouts:
+            dropouts[adapter_name] = nn.Dropout(p=p) if p > 0 else nn.Identity()
+            changed += 1
+    peft_config = getattr(peft_model, "peft_config", None)
+    if isinstance(peft_config, dict) and adapter_name in peft_config:
+        peft_config[adapter_name].lora_dropout = p
+    return changed
+
+
+def install_lora_dropout() -> None:
+    try:
+        from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+    except Exception as exc:  # noqa: BLE001 - engine not importable here (e.g. no torch.distributed)
+        logger.debug("verl-prime-lora: FSDP engine not importable, LoRA dropout patch skipped: %r", exc)
+        return
+
+    original = FSDPEngine._build_lora_module
+    if not _is_patched(original):
+
+        @functools.wraps(original)
+        def _build_lora_module(self, module):
+            module = original(self, module)
+            p = lora_dropout_from_model_config(self.model_config)
+            if p > 0:
+                n = apply_lora_dropout(module, p)
+                logger.info("verl-prime-lora: LoRA dropout %.3g on %d adapter layers", p, n)
+            return module
+
+        FSDPEngine._build_lora_module = _mark(_build_lora_module)
+
+    try:
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+    except Exception:  # noqa: BLE001
+        return
+    original_meta = FSDPCheckpointManager._get_lora_train_meta
+    if not _is_patched(original_meta):
+
+        @functools.wraps(original_meta)
+        def _get_lora_train_meta(self, unwrap_model):
+            meta = original_meta(self, unwrap_model)
+            if meta is not None:
+                peft_config = getattr(unwrap_model, "peft_config", None) or {}
+                config = peft_config.get("default") if isinstance(peft_config, dict) else None
+                if config is not None:
+                    meta["lora_dropout"] = float(getattr(config, "lora_dropout", 0.0) or 0.0)
+            return meta
+
+        FSDPCheckpointManager._get_lora_train_meta = _mark(_get_lora_train_meta)
+
+
+def apply_all() -> None:
+    install_driver_validation()
+    install_lora_dropout()
+
+
+apply_all()
