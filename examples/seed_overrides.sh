@@ -1,0 +1,44 @@
+# Sourced by the run_*.sh scripts: the seed recipe (Tina-PRIME, model card of the adapters) as Hydra
+# overrides, each with its source. `+recipe=prime_lora` already sets these; they are repeated here so a
+# script shows the whole run and so that changing one line changes the run.
+MODEL=${MODEL:-deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B}   # seed base model (actor, PRM and reference)
+DATA_DIR=${DATA_DIR:-$HOME/data/open_rs}                      # examples/data_preprocess/open_rs.py + eval_sets.py
+SEED_ARGS=(
+  data.train_files="$DATA_DIR/train.parquet"
+  data.val_files="$DATA_DIR/math_500.parquet"
+  actor_rollout_ref.model.path="$MODEL"
+  data.max_prompt_length=512                        # seed: prompt 512 tokens
+  data.max_response_length=3584                     # seed: completion 3584 tokens
+  data.train_batch_size=4                           # seed: 24 completions per optimizer step = 4 prompts x 6
+  data.seed=42                                      # seed 42
+  actor_rollout_ref.rollout.n=6                     # seed: K = 6 samples per prompt
+  actor_rollout_ref.rollout.temperature=0.7         # seed: sampling temperature
+  actor_rollout_ref.model.lora_rank=32              # seed LoRA: r = 32
+  actor_rollout_ref.model.lora_alpha=128            #            alpha = 128
+  actor_rollout_ref.model.lora.dropout=0.05         #            dropout 0.05
+  "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
+  actor_rollout_ref.actor.ppo_mini_batch_size=4     # one policy optimizer step per RL step
+  actor_rollout_ref.actor.optim.lr=1e-6             # seed: lr 1e-6
+  actor_rollout_ref.actor.optim.lr_scheduler_type=cosine   # seed: cosine ...
+  actor_rollout_ref.actor.optim.min_lr_ratio=0.1    #       ... down to 0.1 x lr
+  actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1  # seed: warmup 10 %
+  actor_rollout_ref.actor.fsdp_config.seed=42
+  actor_rollout_ref.actor.fsdp_config.dtype=bfloat16       # seed: bf16
+  reward.custom_reward_function.path=pkg://verl_prime_lora.reward   # math-verify accuracy + <think> format
+  reward.custom_reward_function.name=compute_score
+  +reward.custom_reward_function.reward_kwargs.accuracy_weight=1.0  # seed reward weights: accuracy 1.0 ...
+  +reward.custom_reward_function.reward_kwargs.format_weight=1.0    # ... + format 1.0
+  trainer.total_training_steps=1500                 # seed: max_steps 1500
+  trainer.save_freq=50                              # seed: save every 50 steps
+  trainer.test_freq=50
+  "trainer.logger=[console,wandb]"                  # seed: report_to wandb
+  trainer.project_name=${PROJECT:-prime_lora}
+)
+PRM_ARGS=(
+  prime.prm.beta=0.05                               # seed: implicit-reward beta
+  prime.prm.optim.lr=1e-6                           # seed: PRM lr 1e-6, full-parameter
+  prime.prm.model.lora_rank=0                       # seed: full-parameter PRM (fp32 master weights)
+  prime.prm.micro_batch_size_per_gpu=2              # seed: PRM micro-batch 2
+  prime.prm.optim.clip_grad=1.0                     # seed: PRM grad clip 1.0
+  algorithm.prime.process_std_threshold=0.01        # seed: process-advantage std threshold 1e-2
+)
