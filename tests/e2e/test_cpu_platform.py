@@ -49,6 +49,13 @@ def test_process_group_backend_is_deduplicated(tmp_path):
         torch.distributed.destroy_process_group()
 
 
+def test_forward_only_engines_do_not_pin_memory():
+    """A frozen reference (forward-only FSDP2 engine) must build without an accelerator."""
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert transformer_impl.CPUOffloadPolicy(pin_memory=True).pin_memory is False
+
+
 def test_install_is_idempotent():
     assert install.install_vllm_name_shim() is None  # the environment's shim is already in place
     rerun = subprocess.run([sys.executable, "-m", "verl_prime_lora.cpu.install"], capture_output=True, text=True)

@@ -9,6 +9,7 @@ Runs (2-3 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 3. `lora_prm`: a LoRA PRM (reference = adapter disabled), update mode `after`;
 4. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync.
+5. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the LoRA actor
 changes and its checkpoint records dropout 0.05; the resumed run restores the PRM exactly (weights,
@@ -239,3 +240,29 @@ def test_split_prime_trainer_runs(split):
         for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
             assert math.isfinite(step[key]), key
         assert step["actor/grad_norm"] > 0
+
+
+@pytest.fixture(scope="module")
+def frozen_reference(workdir, assets):
+    """A full-parameter actor: nothing to borrow the reference from, so the PRM gets a frozen,
+    forward-only copy of its initial weights (veRL's forward-only FSDP2 engine)."""
+    return _run(
+        workdir,
+        assets,
+        "frozen_reference",
+        "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.actor.optim.lr=1e-5",
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=-1",
+    )
+
+
+def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
+    steps = frozen_reference["steps"]
+    assert len(steps) == 2
+    for step in steps:
+        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
+            assert math.isfinite(step[key]), key
+    # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
+    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert steps[1]["prm/process_reward/token_max"] != 0.0

@@ -6,7 +6,6 @@ names the veRL / vLLM line it works around. Nothing is edited on disk.
 """
 
 import functools
-import logging
 import os
 import sys
 
@@ -96,30 +95,29 @@ def keep_plain_vllm_linear_weights() -> None:
     vllm_layer_utils.dispatch_cpu_unquantized_gemm = _mark(dispatch_cpu_unquantized_gemm)
 
 
-def tolerate_flush_kwarg_in_separate_async_logger() -> None:
-    """Let veRL's `separate_async` trainer start with `actor_rollout_ref.hybrid_engine=False`.
+def unpinned_offload_for_forward_only_engines() -> None:
+    """Let veRL build forward-only FSDP2 engines (a frozen reference model) on the CPU platform.
 
-    verl/trainer/ppo/v1/trainer_separate_async.py:181-185 calls `logger.info(..., flush=True)`; a
-    `logging.Logger` has no `flush` argument, so `_setup` dies with "Logger._log() got an unexpected
-    keyword argument 'flush'" on every platform, GPUs included. The module's logger is wrapped in an
-    adapter that drops that argument. (Not CPU-specific: it belongs with the platform-independent
-    veRL patches once those exist for the split trainer.)
+    verl/workers/engine/fsdp/transformer_impl.py:459-463 wraps every forward-only (or offloading)
+    FSDP2 engine with `CPUOffloadPolicy(pin_memory=True)`; pinning host memory needs an accelerator,
+    so building the engine fails on a machine without one. On CPU the "offload" target is the compute
+    device itself, so the policy is kept and only `pin_memory` is turned off.
     """
-    from verl.trainer.ppo.v1 import trainer_separate_async
+    from verl.workers.engine.fsdp import transformer_impl
 
-    if isinstance(trainer_separate_async.logger, _FlushTolerantLogger):
+    original = transformer_impl.CPUOffloadPolicy
+    if original is None or _is_patched(original):
         return
-    trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
 
+    class CPUOffloadPolicy(original):
+        def __init__(self, pin_memory: bool = True, **kwargs):
+            super().__init__(pin_memory=False, **kwargs)
 
-class _FlushTolerantLogger(logging.LoggerAdapter):
-    def log(self, level, msg, *args, **kwargs):
-        kwargs.pop("flush", None)
-        super().log(level, msg, *args, **kwargs)
+    transformer_impl.CPUOffloadPolicy = _mark(CPUOffloadPolicy)
 
 
 def apply_all() -> None:
     dedupe_process_group_backend()
     select_cuda_registered_engines()
     keep_plain_vllm_linear_weights()
-    tolerate_flush_kwarg_in_separate_async_logger()
+    unpinned_offload_for_forward_only_engines()
