@@ -407,3 +407,14 @@ def test_integer_answers_match_exactly_when_equal(n, m, commas):
 def test_fractions_are_compared_by_value(p, q, r, s):
     result = score(think(rf"\boxed{{\frac{{{p}}}{{{q}}}}}"), f"{r}/{s}")
     assert result["acc"] == float(Fraction(p, q) == Fraction(r, s))
+
+
+def test_reward_extra_info_reads_what_transfer_queue_returns():
+    from tensordict import NonTensorData
+
+    from verl_prime_lora.reward import reward_extra_info
+
+    info = {"acc": 1.0, "format": 0.0}
+    assert reward_extra_info({"reward_extra_info": info}) == info
+    assert reward_extra_info(NonTensorData({"reward_extra_info": info})) == info
+    assert reward_extra_info({"other": 1}) == {} and reward_extra_info(None) == {}

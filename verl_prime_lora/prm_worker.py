@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 
 from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
+from verl_prime_lora.reward import reward_extra_info
 
 logger = logging.getLogger(__name__)
 
@@ -272,8 +273,7 @@ def labels_from_extra_fields(extra_fields: list[Any], is_padding: list[bool], la
         if pad:
             labels.append(0.0)
             continue
-        fields = getattr(fields, "data", fields)
-        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        info = reward_extra_info(fields)
         if label_key not in info:
             raise KeyError(
                 f"prime.prm.label_key: row {i} has no reward_extra_info[{label_key!r}] (keys: {sorted(info)}); "

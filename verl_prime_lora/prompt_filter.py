@@ -34,6 +34,8 @@ from typing import Any
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
+from verl_prime_lora.reward import reward_extra_info
+
 METRIC_PREFIX = "training/prompt_filter"
 
 
@@ -68,8 +70,7 @@ class BandFilter:
 
 
 def _accuracy(extra_fields: Any, key: str) -> float:
-    fields = getattr(extra_fields, "data", extra_fields)
-    info = fields.get("reward_extra_info", {}) if isinstance(fields, Mapping) else {}
+    info = reward_extra_info(extra_fields)
     if key not in info:
         raise RuntimeError(
             f"prompt filter: the reward function returned no '{key}' (reward_extra_info has {sorted(info)}); "
