@@ -227,7 +227,7 @@ def split(workdir, assets):
         "split",
         "ray_kwargs.ray_init.num_gpus=2",  # trainer pool (actor + PRM) 1 + standalone vLLM 1
         "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq",  # the CPU platform's weight sync
-        "trainer.total_training_steps=2",
+        "trainer.total_training_steps=3",
         "trainer.save_freq=-1",
         recipe="prime_lora",
     )
@@ -235,7 +235,7 @@ def split(workdir, assets):
 
 def test_split_prime_trainer_runs(split):
     steps = split["steps"]
-    assert len(steps) == 2
+    assert len(steps) == 3
     for step in steps:
         for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
             assert math.isfinite(step[key]), key
