@@ -10,6 +10,7 @@ Runs (2-3 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 4. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync.
 5. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
+6. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the LoRA actor
 changes and its checkpoint records dropout 0.05; the resumed run restores the PRM exactly (weights,
@@ -266,3 +267,29 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[1]["prm/process_reward/token_max"] != 0.0
+
+
+@pytest.fixture(scope="module")
+def filtered(workdir, assets):
+    """PRIME with the accuracy-band prompt filter in veRL's real replay buffer (n = 2: only groups
+    with exactly one correct response, mean accuracy 0.5, are inside [0.2, 0.8])."""
+    return _run(
+        workdir,
+        assets,
+        "filtered",
+        "trainer.v1.sampler.sampler_kwargs.drop_truncated=false",  # the random model rarely stops early
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=-1",
+        recipe="prime_lora_colocated,prompt_filter",
+    )
+
+
+def test_prompt_filter_trains_only_in_band_groups(filtered):
+    steps = filtered["steps"]
+    assert len(steps) == 2
+    for step in steps:
+        assert 0 < step["training/prompt_filter/kept_ratio"] <= 1
+        assert step["training/prompt_filter/evicted_truncated"] == 0
+        # every trained group has one correct and one wrong response: the PRM's labels average 1/2
+        assert step["prm/label_mean"] == pytest.approx(0.5)
+        assert math.isfinite(step["prm/ce_loss"])
