@@ -76,6 +76,15 @@ def _run(workdir: Path, assets: Path, name: str, *overrides: str, recipe: str = 
     return {"steps": [s for s in steps if "timing_s/step" in s], "ckpt": ckpt, "log": log}
 
 
+def _assert_prm_metrics(steps: list[dict], n_steps: int) -> None:
+    """`n_steps` steps were logged, each with every PRM metric present and finite."""
+    assert len(steps) == n_steps
+    for step in steps:
+        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
+            assert key in step, key
+            assert math.isfinite(step[key]), (key, step[key])
+
+
 def _state(path: Path) -> dict:
     """A checkpoint shard as plain CPU tensors (veRL's FSDP2 saves DTensors)."""
     obj = torch.load(path, map_location="cpu", weights_only=False)
@@ -142,11 +151,7 @@ def resumed(workdir, assets, first):
 
 def test_three_prime_steps_log_finite_prm_metrics(first):
     steps = first["steps"]
-    assert len(steps) == 3
-    for step in steps:
-        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
-            assert key in step, key
-            assert math.isfinite(step[key]), (key, step[key])
+    _assert_prm_metrics(steps, 3)
     # the PRM starts equal to its reference: z = 0, BCE = ln 2, before the first update
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[0]["prm/lr"] == pytest.approx(1e-4)
@@ -204,10 +209,7 @@ def lora_prm(workdir, assets):
 
 def test_lora_prm_trains_its_adapter_only(lora_prm, assets):
     steps = lora_prm["steps"]
-    assert len(steps) == 2
-    for step in steps:
-        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
-            assert math.isfinite(step[key]), key
+    _assert_prm_metrics(steps, 2)
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
     state = _prm(lora_prm["ckpt"], 2)
     lora_b = [k for k in state if "lora_B" in k]
@@ -236,11 +238,8 @@ def split(workdir, assets):
 
 def test_split_prime_trainer_runs(split):
     steps = split["steps"]
-    assert len(steps) == 3
-    for step in steps:
-        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
-            assert math.isfinite(step[key]), key
-        assert step["actor/grad_norm"] > 0
+    _assert_prm_metrics(steps, 3)
+    assert all(step["actor/grad_norm"] > 0 for step in steps)
 
 
 @pytest.fixture(scope="module")
@@ -260,10 +259,7 @@ def frozen_reference(workdir, assets):
 
 def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     steps = frozen_reference["steps"]
-    assert len(steps) == 2
-    for step in steps:
-        for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
-            assert math.isfinite(step[key]), key
+    _assert_prm_metrics(steps, 2)
     # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[1]["prm/process_reward/token_max"] != 0.0
