@@ -96,8 +96,9 @@ def test_each_error_names_its_key(overrides, key):
     assert str(err.value).startswith(key + ":"), str(err.value)
 
 
-def test_prime_estimator_without_prime_trainer():
-    cfg = compose_ppo("algorithm.adv_estimator=prime_grpo")
+@pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo", "prime"])
+def test_prime_estimator_without_prime_trainer(estimator):
+    cfg = compose_ppo(f"algorithm.adv_estimator={estimator}")
     with pytest.raises(PrimeConfigError, match=r"^trainer\.v1\.trainer_mode:"):
         validate_prime_config(cfg)
 

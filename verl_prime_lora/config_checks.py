@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 # trainer.v1.trainer_mode names registered by verl_prime_lora.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.core_algos).
-PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
+PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo", "prime")
 UPDATE_MODES = ("before", "after", "none")
 REFERENCE_TYPES = ("init", "policy")
 # Reward-info keys that are not an outcome accuracy and must never become the PRM label.
