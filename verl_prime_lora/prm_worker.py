@@ -151,6 +151,17 @@ def _meta_for(batch, **extra_info):
     return KVBatchMeta(keys=list(batch.keys), tags=batch.tags, partition_id=batch.partition_id, fields=None, extra_info=info)
 
 
+def log_prob_meta(batch, no_lora_adapter: bool):
+    """The step's batch as a log-prob request at temperature 1 (no loss, no entropy), adapter on/off."""
+    return _meta_for(
+        batch,
+        compute_loss=False,
+        calculate_entropy=False,
+        temperature=PRM_TEMPERATURE,
+        no_lora_adapter=bool(no_lora_adapter),
+    )
+
+
 def read_response_log_probs(batch) -> torch.Tensor:
     """The `log_probs` a worker just wrote to TQ, cut to the response (nested, like old_log_probs)."""
     import transfer_queue as tq
@@ -199,14 +210,7 @@ class ImplicitPRM:
     def _infer(self, wg, batch, no_lora_adapter: bool) -> torch.Tensor:
         import ray
 
-        meta = _meta_for(
-            batch,
-            compute_loss=False,
-            calculate_entropy=False,
-            temperature=PRM_TEMPERATURE,
-            no_lora_adapter=bool(no_lora_adapter),
-        )
-        output = wg.infer_batch(meta)
+        output = wg.infer_batch(log_prob_meta(batch, no_lora_adapter))
         ray.get(output.futures)
         return read_response_log_probs(batch)
 

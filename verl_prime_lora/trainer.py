@@ -42,7 +42,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.debug import marked_timer
-from verl.workers.utils.padding import response_from_nested, response_to_nested
+from verl.workers.utils.padding import response_to_nested
 
 from verl_prime_lora.config_checks import actor_uses_lora, validate_prime_config
 from verl_prime_lora.core_algos import (
@@ -57,11 +57,12 @@ from verl_prime_lora.prm_worker import (
     PRM_REF_FIELD,
     PRM_TEMPERATURE,
     ImplicitPRM,
-    _meta_for,
     labels_from_extra_fields,
+    log_prob_meta,
     nested_rows,
     prm_checkpoint_dir,
     prm_is_lora,
+    read_response_log_probs,
 )
 
 logger = logging.getLogger(__name__)
@@ -205,16 +206,8 @@ class PrimeTrainerMixin:
     # -------------------------------------------------------------------------------------------
 
     def _actor_log_probs_t1(self, batch, no_lora_adapter: bool) -> torch.Tensor:
-        meta = _meta_for(
-            batch,
-            calculate_entropy=False,
-            compute_loss=False,
-            temperature=PRM_TEMPERATURE,
-            no_lora_adapter=no_lora_adapter,
-        )
-        self.actor_rollout_wg.compute_log_prob(meta)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
-        return response_from_nested(data["log_probs"], data["response_mask"])
+        self.actor_rollout_wg.compute_log_prob(log_prob_meta(batch, no_lora_adapter))
+        return read_response_log_probs(batch)
 
     def _prm_reference_log_probs(self, batch) -> torch.Tensor:
         source = self.prm_reference
