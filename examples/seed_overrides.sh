@@ -41,4 +41,7 @@ PRM_ARGS=(
   prime.prm.micro_batch_size_per_gpu=2              # seed: PRM micro-batch 2
   prime.prm.optim.clip_grad=1.0                     # seed: PRM grad clip 1.0
   algorithm.prime.process_std_threshold=0.01        # seed: process-advantage std threshold 1e-2
+  # Ours, not the seed's: the length-free process advantage. `=token` is the seed's exact formula, whose
+  # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see README "The math".
+  algorithm.prime.process_norm=sequence
 )

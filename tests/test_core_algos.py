@@ -39,7 +39,9 @@ def ref_mean_std(values):
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def ref_prime_grpo(rewards, mask, index, process, gamma=1.0, threshold=1e-2, norm=True, c_o=1.0, c_p=1.0):
+def ref_prime_grpo(rewards, mask, index, process, gamma=1.0, threshold=1e-2, norm=True, c_o=1.0, c_p=1.0,
+                   process_norm="sequence"):
+    """`sequence`: statistics of z_i = Σ_t r m, baseline μ_g/L_i per token; `token`: statistics of r̄_i."""
     rewards, mask = rewards.tolist(), mask.tolist()
     process = None if process is None else process.tolist()
     B, T = len(rewards), len(rewards[0])
@@ -47,17 +49,18 @@ def ref_prime_grpo(rewards, mask, index, process, gamma=1.0, threshold=1e-2, nor
     for members in groups_of(index).values():
         scores = [sum(rewards[i]) for i in members]
         mean, std = ref_mean_std(scores)
-        rbar = []
         if process is not None:
+            stat = []
             for i in members:
-                length = max(sum(mask[i]), 1)
-                rbar.append(sum(process[i][t] * mask[i][t] for t in range(T)) / length)
-            pmean, pstd = ref_mean_std(rbar)
+                z = sum(process[i][t] * mask[i][t] for t in range(T))
+                stat.append(z if process_norm == "sequence" else z / max(sum(mask[i]), 1))
+            pmean, pstd = ref_mean_std(stat)
         for k, i in enumerate(members):
             a_o = (scores[k] - mean) / (std + EPS) if norm else scores[k] - mean
             a_p = [0.0] * T
             if process is not None and pstd >= threshold:
-                a_p = ref_suffix([(process[i][t] - pmean) / (pstd + EPS) * mask[i][t] for t in range(T)], gamma)
+                base = pmean / max(sum(mask[i]), 1) if process_norm == "sequence" else pmean
+                a_p = ref_suffix([(process[i][t] - base) / (pstd + EPS) * mask[i][t] for t in range(T)], gamma)
             adv[i] = [(c_o * a_o + c_p * a_p[t]) * mask[i][t] for t in range(T)]
     return torch.tensor(adv, dtype=torch.float64)
 
@@ -115,13 +118,14 @@ def algo_config(**prime):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("process_norm", ["sequence", "token"])
 @pytest.mark.parametrize("gamma", [1.0, 0.9, 0.0])
 @pytest.mark.parametrize("norm", [True, False])
-def test_prime_grpo_matches_reference(gamma, norm):
+def test_prime_grpo_matches_reference(gamma, norm, process_norm):
     rewards, mask, index, process = make_batch(0)
-    cfg = algo_config(gamma=gamma, norm=norm, process_std_threshold=1e-2)
+    cfg = algo_config(gamma=gamma, norm=norm, process_std_threshold=1e-2, process_norm=process_norm)
     adv, ret = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
-    expected = ref_prime_grpo(rewards, mask, index, process, gamma=gamma, norm=norm)
+    expected = ref_prime_grpo(rewards, mask, index, process, gamma=gamma, norm=norm, process_norm=process_norm)
     torch.testing.assert_close(adv, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ret, expected, rtol=1e-10, atol=1e-10)
 
@@ -196,11 +200,115 @@ def test_composed_estimator_reuses_any_registered_outcome_estimator():
     cfg = algo_config(outcome_estimator="reinforce_plus_plus")
     adv, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
     rpp, _ = get_adv_estimator_fn("reinforce_plus_plus")(rewards, mask, index=index, config=cfg)
-    process_part = ca.grpo_process_advantage(process, mask, ca.group_ids(index, "cpu")) * mask
+    process_part = ca.sequence_norm_process_advantage(process, mask, ca.group_ids(index, "cpu")) * mask
     torch.testing.assert_close(adv, rpp.to(adv.dtype) * mask + process_part)
     with pytest.raises(ValueError, match="process_baseline"):
         get_adv_estimator_fn("prime")(rewards, mask, index, config=algo_config(process_baseline="nope"),
                                       process_rewards=process)
+
+
+# ---------------------------------------------------------------------------------------------
+# The process term's scale: length-free by default, the seed's O(L) formula on request
+# ---------------------------------------------------------------------------------------------
+
+
+def spread(z, lengths, T, gen, dtype=torch.float64):
+    """Token rewards whose masked row sums are z_i: random positive shares of z_i over L_i tokens."""
+    mask = (torch.arange(T)[None, :] < torch.as_tensor(lengths)[:, None]).to(dtype)
+    shares = torch.rand(len(z), T, generator=gen, dtype=dtype) * mask
+    shares = shares / shares.sum(-1, keepdim=True)
+    return torch.as_tensor(z, dtype=dtype)[:, None] * shares, mask
+
+
+def seed_case(L, process_norm, threshold=1e-2):
+    """The issue's case: K=6, z=[-3,-2,-1,1,2,3] spread over L tokens, acc=[1,1,0,0,1,0]."""
+    z = [-3.0, -2.0, -1.0, 1.0, 2.0, 3.0]
+    process, mask = spread(z, [L] * 6, L, torch.Generator().manual_seed(L))
+    rewards = torch.zeros(6, L, dtype=torch.float64)
+    rewards[:, -1] = torch.tensor([1.0, 1, 0, 0, 1, 0])
+    index = np.array(["q"] * 6, dtype=object)
+    cfg = algo_config(process_norm=process_norm, process_std_threshold=threshold)
+    fn = get_adv_estimator_fn("prime_grpo")
+    full, _ = fn(rewards, mask, index, config=cfg, process_rewards=process)
+    outcome, _ = fn(rewards, mask, index, config=cfg)
+    return z, full - outcome, outcome
+
+
+def test_sequence_norm_at_seed_length_is_grpo_of_sequence_logits():
+    z, process_part, outcome = seed_case(3584, "sequence")
+    mean, std = ref_mean_std(z)
+    expected = torch.tensor([(v - mean) / (std + EPS) for v in z], dtype=torch.float64)
+    torch.testing.assert_close(process_part[:, 0], expected, rtol=1e-9, atol=1e-9)
+    assert process_part.abs().max() <= 2.0 * outcome.abs().max()  # comparable to the outcome part
+
+
+def test_token_norm_is_dead_at_seed_length_and_order_L_below_threshold():
+    """Why `token` (the seed's formula) is not the default: the numbers quoted in the README/yaml."""
+    _, dead, outcome = seed_case(3584, "token")
+    assert torch.all(dead == 0)  # σ_g(r̄) = σ_g(z)/L ≈ 6.6e-4 < 1e-2: plain GRPO
+    assert 0.85 < outcome.abs().max().item() < 0.95
+    _, alive, _ = seed_case(3584, "token", threshold=0.0)
+    assert 4.0e3 < alive[:, 0].abs().max().item() < 5.0e3  # O(L) returns against an O(1) outcome part
+
+
+@pytest.mark.parametrize("L", [256, 3584])
+def test_rloo_process_term_is_order_z_at_any_length(L):
+    """The paper's RLOO form sums β·q, so at equal lengths A^p[i,0] = z_i − mean_{j≠i} z_j (no L)."""
+    z = [-3.0, -2.0, -1.0, 1.0, 2.0, 3.0]
+    process, mask = spread(z, [L] * 6, L, torch.Generator().manual_seed(1))
+    gid = ca.group_ids(np.array(["q"] * 6, dtype=object), "cpu")
+    first = ca.rloo_process_advantage(process, mask, gid)[:, 0]
+    expected = torch.tensor([v - (sum(z) - v) / 5 for v in z], dtype=torch.float64)
+    torch.testing.assert_close(first, expected, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    z=st.lists(st.integers(-500, 500).map(lambda v: v / 100), min_size=2, max_size=8),
+    lengths=st.sampled_from([(256, 3584), (3584, 256), (17, 900)]),
+    seed=st.integers(0, 1000),
+)
+def test_sequence_norm_first_token_is_length_free_and_ordered_like_z(z, lengths, seed):
+    """The same z over short or long (and unequal) responses: the same A^p[:,0], ordered like z."""
+    gen = torch.Generator().manual_seed(seed)
+    index = np.array(["g"] * len(z), dtype=object)
+    gid = ca.group_ids(index, "cpu")
+    first = []
+    for L in lengths:
+        per_row = [L if i % 2 else lengths[0] + lengths[1] - L for i in range(len(z))]
+        process, mask = spread(z, per_row, max(lengths), gen)
+        first.append(ca.sequence_norm_process_advantage(process, mask, gid, std_threshold=0.0)[:, 0])
+    # atol: with all z equal, rounding residues of the sums (~1e-15) are divided by ε = 1e-6
+    torch.testing.assert_close(first[0], first[1], rtol=1e-9, atol=1e-7)
+    zt = torch.tensor(z, dtype=torch.float64)
+    mean, std = ref_mean_std(z)
+    torch.testing.assert_close(first[0], (zt - mean) / (std + EPS), rtol=1e-9, atol=1e-7)
+    bigger = zt[:, None] > zt[None, :]
+    assert torch.all((first[0][:, None] > first[0][None, :])[bigger])
+
+
+@pytest.mark.parametrize("noise", [0.0, 5e-5])  # per-token noise of β·q; over 3584 tokens σ(z) ≈ 3e-3
+def test_sequence_norm_vanishes_while_prm_equals_reference(noise):
+    """z ≈ 0 (PRM = its reference up to bf16 noise): no process term, at any length."""
+    gen = torch.Generator().manual_seed(0)
+    rewards, mask, index, _ = make_batch(11, groups=(6, 6), T=3584)
+    process = noise * torch.randn(mask.shape, generator=gen, dtype=torch.float64) * mask
+    cfg = algo_config(process_norm="sequence", process_std_threshold=1e-2)
+    with_p, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
+    outcome_only, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg)
+    torch.testing.assert_close(with_p, outcome_only, rtol=0, atol=0)
+
+
+def test_composed_group_norm_follows_process_norm():
+    rewards, mask, index, process = make_batch(12)
+    for process_norm in ("sequence", "token"):
+        cfg = algo_config(outcome_estimator="grpo", process_norm=process_norm)
+        composed, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
+        expected = ref_prime_grpo(rewards, mask, index, process, process_norm=process_norm)
+        torch.testing.assert_close(composed, expected, rtol=1e-6, atol=1e-6)  # veRL's grpo: float32 inside
+    with pytest.raises(ValueError, match="process_norm"):
+        get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=algo_config(process_norm="length"),
+                                           process_rewards=process)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +321,16 @@ def test_prime_grpo_without_process_equals_verl_grpo(norm):
     rewards, mask, index, _ = make_batch(7, groups=(4, 1, 3, 6), dtype=torch.float32)
     verl_adv, _ = get_adv_estimator_fn("grpo")(rewards.clone(), mask, index, norm_adv_by_std_in_grpo=norm)
     ours, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=algo_config(norm=norm))
+    torch.testing.assert_close(ours, verl_adv, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("process_norm", ["sequence", "token"])
+@pytest.mark.parametrize("name, verl_name", [("prime_grpo", "grpo"), ("prime_rloo", "rloo")])
+def test_zero_process_rewards_equal_verl(name, verl_name, process_norm):
+    rewards, mask, index, process = make_batch(10, groups=(4, 1, 3, 6), dtype=torch.float32)
+    verl_adv, _ = get_adv_estimator_fn(verl_name)(rewards.clone(), mask, index)
+    cfg = algo_config(process_norm=process_norm, process_std_threshold=0.0)
+    ours, _ = get_adv_estimator_fn(name)(rewards, mask, index, config=cfg, process_rewards=torch.zeros_like(process))
     torch.testing.assert_close(ours, verl_adv, rtol=1e-5, atol=1e-6)
 
 
@@ -259,11 +377,15 @@ def test_zero_process_rewards_give_outcome_only(batch, name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(batch=batches, name=st.sampled_from(["prime_grpo", "prime_rloo"]))
-def test_matches_reference_on_random_batches(batch, name):
+@given(batch=batches, name=st.sampled_from(["prime_grpo", "prime_rloo"]), norm=st.sampled_from(["sequence", "token"]))
+def test_matches_reference_on_random_batches(batch, name, norm):
     rewards, mask, index, process = batch
-    adv, _ = get_adv_estimator_fn(name)(rewards, mask, index, config=algo_config(), process_rewards=process)
-    ref = (ref_prime_grpo if name == "prime_grpo" else ref_prime_rloo)(rewards, mask, index, process)
+    cfg = algo_config(process_norm=norm)
+    adv, _ = get_adv_estimator_fn(name)(rewards, mask, index, config=cfg, process_rewards=process)
+    if name == "prime_grpo":
+        ref = ref_prime_grpo(rewards, mask, index, process, process_norm=norm)
+    else:
+        ref = ref_prime_rloo(rewards, mask, index, process)
     torch.testing.assert_close(adv, ref, rtol=1e-9, atol=1e-9)
 
 

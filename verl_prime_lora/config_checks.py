@@ -26,6 +26,7 @@ PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"
 PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo", "prime")
 UPDATE_MODES = ("before", "after", "none")
 REFERENCE_TYPES = ("init", "policy")
+PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (verl_prime_lora.core_algos.PROCESS_NORMS)
 # Reward-info keys that are not an outcome accuracy and must never become the PRM label.
 FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
 
@@ -166,7 +167,12 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             "both counted in prompts (x rollout.n responses), so every PRM mini-batch is full.",
         )
 
-    # 5. same tokenizer for PRM and policy
+    # 5. the process advantage's normalisation (read by the estimator inside the trainer)
+    process_norm = _get(config, "algorithm.prime.process_norm", "sequence")
+    if process_norm not in PROCESS_NORMS:
+        _fail("algorithm.prime.process_norm", f"is {process_norm!r}; choose one of {list(PROCESS_NORMS)}.")
+
+    # 6. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
 

@@ -27,7 +27,7 @@ from verl.utils.groupwise import as_torch_index
 from verl.utils.torch_functional import masked_whiten
 
 DEFAULT_EPSILON = 1e-6  # as veRL's grpo
-DEFAULT_PROCESS_STD_THRESHOLD = 1e-2  # the seed recipe's value
+DEFAULT_PROCESS_STD_THRESHOLD = 1e-2  # the seed's value; compared with std_g(z) (sequence) or std_g(r̄) (token)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def mean_process_reward(process_rewards: torch.Tensor, mask: torch.Tensor) -> to
     return torch.linalg.vecdot(process_rewards, mask) / mask.sum(-1).clamp_min(1)
 
 
-def grpo_process_advantage(
+def sequence_norm_process_advantage(
     process_rewards: torch.Tensor,
     mask: torch.Tensor,
     gid: torch.Tensor,
@@ -246,13 +246,53 @@ def grpo_process_advantage(
     std_threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
     epsilon: float = DEFAULT_EPSILON,
 ) -> torch.Tensor:
-    r"""Group-normalised process advantage (the seed's GRPO form of PRIME).
+    r"""Length-free group-normalised process advantage (``process_norm: sequence``, the default).
 
-    μ_g, σ_g = mean and unbiased std of r̄ over group g (singletons: 0 and 1, as for the outcome);
-    r̃[i,t] = (r[i,t] − μ_g) / (σ_g + ε) · m[i,t], and r̃ = 0 in groups with σ_g < ``std_threshold``
-    (the PRM starts equal to its reference, so early r ≈ 0 and dividing by σ_g ≈ 0 would blow noise
-    up); A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s]. The mask is applied before the suffix sum, so padding
-    never leaks into the returns.
+    The group statistics are those of the PRM's sequence logits z_i = Σ_t r[i,t] m[i,t]:
+    μ_g, σ_g = mean and unbiased std of z over group g (singletons: 0 and 1, as for the outcome).
+    Each response spreads the baseline μ_g evenly over its own L_i tokens:
+
+        r̃[i,t] = (r[i,t] − μ_g / L_i) / (σ_g + ε) · m[i,t],      A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s],
+
+    and r̃ = 0 in groups with σ_g < ``std_threshold`` (the PRM still equal to its reference, z ≈ 0,
+    where dividing by σ_g would blow noise up). With γ = 1 the return at the first token is
+
+        A^p[i,0] = (z_i − μ_g) / (σ_g + ε),
+
+    the GRPO advantage of the sequence logits, whatever the lengths: it is ordered like z, sums to 0
+    over a group, is O(1) like the outcome part, and does not grow with L. Later positions hold a
+    token's share of that return: the PRM's own partial sums Σ_{s≥t} r minus the share
+    (L_i − t)/L_i of the baseline. (Spreading μ_g over each response's own tokens, rather than PRIME
+    RLOO's per-token baseline L_i·mean_g(z/L), keeps A^p[i,0] zero-mean in the group for unequal
+    lengths and never ranks a response by its length.) The mask is applied before the suffix sum.
+    """
+    z = process_rewards.mul(mask).sum(-1)
+    _, mean, std = group_mean_std(z, gid)
+    scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
+    per_token_baseline = mean / mask.sum(-1).clamp_min(1)
+    normalised = (process_rewards - per_token_baseline[:, None]).mul_(mask).mul_(scale[:, None])
+    return discounted_suffix_sum(normalised, gamma)
+
+
+def token_norm_process_advantage(
+    process_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    gid: torch.Tensor,
+    gamma: float = 1.0,
+    std_threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
+    epsilon: float = DEFAULT_EPSILON,
+) -> torch.Tensor:
+    r"""The seed's group-normalised process advantage (``process_norm: token``; open-rs2-grpo-lora).
+
+    μ_g, σ_g = mean and unbiased std of the per-token mean r̄_i = z_i / L_i over group g (singletons:
+    0 and 1); r̃[i,t] = (r[i,t] − μ_g) / (σ_g + ε) · m[i,t], and r̃ = 0 in groups with
+    σ_g < ``std_threshold``; A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s].
+
+    Kept to reproduce the seed run; not the default, because its scale depends on the length L:
+    σ_g(r̄) = σ_g(z)/L, so at the seed's L = 3584 a PRM that separates a group well (z from −3 to 3)
+    has σ_g(r̄) ≈ 6.6e-4 < 1e-2 and the process term is exactly 0; below the threshold each r̃ is
+    O(1) per token and the return A^p[i,0] = (z_i − L·μ_g)/σ_g(r̄) is O(L) (≈ 4.5e3 against an
+    outcome part ≈ 0.9). The mask is applied before the suffix sum (the seed code did not).
     """
     _, mean, std = group_mean_std(mean_process_reward(process_rewards, mask), gid)
     scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
@@ -329,13 +369,25 @@ def prime_advantage(
     return advantages, returns
 
 
+PROCESS_NORMS = {"sequence": sequence_norm_process_advantage, "token": token_norm_process_advantage}
+DEFAULT_PROCESS_NORM = "sequence"
+
+
 def _process_part(config: Any, baseline: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The process advantage with a ``group_norm`` (seed, GRPO-like) or ``leave_one_out`` (paper) baseline."""
+    """The process advantage with a ``group_norm`` (GRPO-like) or ``leave_one_out`` (paper) baseline.
+
+    ``group_norm`` normalises per ``algorithm.prime.process_norm``: ``sequence`` (default,
+    length-free) or ``token`` (the seed's formula).
+    """
     gamma = float(config_value(config, "gamma", 1.0))
     if baseline == "group_norm":
+        norm = str(config_value(config, "prime.process_norm", DEFAULT_PROCESS_NORM))
+        if norm not in PROCESS_NORMS:
+            raise ValueError(f"algorithm.prime.process_norm must be one of {sorted(PROCESS_NORMS)}, got {norm!r}")
+        process_fn = PROCESS_NORMS[norm]
         threshold = float(config_value(config, "prime.process_std_threshold", DEFAULT_PROCESS_STD_THRESHOLD))
         epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
-        return lambda r, m, gid: grpo_process_advantage(r, m, gid, gamma, threshold, epsilon)
+        return lambda r, m, gid: process_fn(r, m, gid, gamma, threshold, epsilon)
     if baseline == "leave_one_out":
         return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
     raise ValueError(
@@ -353,11 +405,14 @@ def compute_prime_grpo_advantage(
     norm_adv_by_std_in_grpo: bool | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""PRIME with GRPO baselines (seed Eq. 7): A = c_o·(R − mean_g R)/(std_g R + ε) + c_p·A^p_group_norm.
+    r"""PRIME with GRPO baselines: A = c_o·(R − mean_g R)/(std_g R + ε) + c_p·A^p_group_norm.
 
-    Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword, as veRL's ``grpo``),
-    ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, process_std_threshold,
-    epsilon, whiten_advantages}``. Without process rewards it equals veRL's ``grpo``.
+    A^p is ``sequence_norm_process_advantage`` (default; at the first token the GRPO advantage of
+    the PRM's sequence logits) or, with ``algorithm.prime.process_norm=token``, the seed's
+    ``token_norm_process_advantage``. Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword,
+    as veRL's ``grpo``), ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef,
+    process_norm, process_std_threshold, epsilon, whiten_advantages}``. Without process rewards it
+    equals veRL's ``grpo``.
     """
     epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
     if norm_adv_by_std_in_grpo is None:
