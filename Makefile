@@ -1,12 +1,13 @@
 # The two README commands. Both make (or reuse) the virtualenv .venv in the repo root.
-#   make smoke   the main job: a CPU run of the whole PRIME loop on the built-in tiny model and data
-#   make test    the test-suite (unit, packaging, CPU end-to-end)
+#   make demo    the main job: PRIME on chain arithmetic on CPU (warm-started tiny Qwen2, ~6 min)
+#   make test    the test-suite (unit, packaging, CPU end-to-end runs, the main job as written)
+# Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (no e2e).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-cpu
 
-.PHONY: smoke test venv
+.PHONY: demo smoke test unit venv
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
@@ -18,8 +19,14 @@ $(STAMP): setup.py
 	$(PY) -m verl_prime_lora.cpu.install
 	touch $(STAMP)
 
+demo: $(STAMP)
+	PYTHON=$(abspath $(PY)) bash examples/run_cpu_demo.sh
+
 smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+unit: $(STAMP)
+	$(PY) -m pytest -q -m "not e2e"

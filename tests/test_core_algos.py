@@ -269,22 +269,27 @@ def test_rloo_process_term_is_order_z_at_any_length(L):
     seed=st.integers(0, 1000),
 )
 def test_sequence_norm_first_token_is_length_free_and_ordered_like_z(z, lengths, seed):
-    """The same z over short or long (and unequal) responses: the same A^p[:,0], ordered like z."""
+    """The same z spread over short or long responses: the same A^p[:,0] = GRPO(z); unequal lengths
+    in a group give it too (the baseline is spread over each response's own tokens)."""
     gen = torch.Generator().manual_seed(seed)
     index = np.array(["g"] * len(z), dtype=object)
     gid = ca.group_ids(index, "cpu")
-    first = []
-    for L in lengths:
-        per_row = [L if i % 2 else lengths[0] + lengths[1] - L for i in range(len(z))]
-        process, mask = spread(z, per_row, max(lengths), gen)
-        first.append(ca.sequence_norm_process_advantage(process, mask, gid, std_threshold=0.0)[:, 0])
-    # atol: with all z equal, rounding residues of the sums (~1e-15) are divided by ε = 1e-6
-    torch.testing.assert_close(first[0], first[1], rtol=1e-9, atol=1e-7)
     zt = torch.tensor(z, dtype=torch.float64)
+    first = {}
+    for L in lengths:
+        process, mask = spread(z, [L] * len(z), L, gen)
+        first[L] = ca.sequence_norm_process_advantage(process, mask, gid, std_threshold=0.0)[:, 0]
+    # atol: with all z equal, rounding residues of the sums (~1e-15) are divided by ε = 1e-6
+    torch.testing.assert_close(first[lengths[0]], first[lengths[1]], rtol=1e-9, atol=1e-7)
     mean, std = ref_mean_std(z)
-    torch.testing.assert_close(first[0], (zt - mean) / (std + EPS), rtol=1e-9, atol=1e-7)
+    torch.testing.assert_close(first[lengths[0]], (zt - mean) / (std + EPS), rtol=1e-9, atol=1e-7)
+
+    process, mask = spread(z, [lengths[i % 2] for i in range(len(z))], max(lengths), gen)
+    mixed = ca.sequence_norm_process_advantage(process, mask, gid, std_threshold=0.0)[:, 0]
+    torch.testing.assert_close(mixed, (zt - mean) / (std + EPS), rtol=1e-9, atol=1e-7)
     bigger = zt[:, None] > zt[None, :]
-    assert torch.all((first[0][:, None] > first[0][None, :])[bigger])
+    for ranked in (first[lengths[0]], mixed):
+        assert torch.all((ranked[:, None] > ranked[None, :])[bigger])
 
 
 @pytest.mark.parametrize("noise", [0.0, 5e-5])  # per-token noise of β·q; over 3584 tokens σ(z) ≈ 3e-3

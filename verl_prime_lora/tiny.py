@@ -67,12 +67,25 @@ def _tokenizer_corpus(rows: list[dict]) -> list[str]:
 
 
 def build_tokenizer(corpus: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer (every string encodes), wrapped as a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer (every string encodes), wrapped as a transformers fast tokenizer.
+
+    The saved folder loads (transformers ≥ 5, `model_type: qwen2`) as `Qwen2Tokenizer`, which keeps the
+    vocabulary and merges but rebuilds its own normalizer (NFC) and pre-tokenizer (Qwen2's split regex,
+    one digit per piece, then byte-level). The BPE is trained and returned with exactly those, so this
+    tokenizer, the saved one, veRL and vLLM all split a text into the same ids.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

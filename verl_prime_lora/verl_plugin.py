@@ -9,8 +9,18 @@ cause at ERROR, and the import of this module then fails with the list of what d
 
 import importlib
 import logging
+import warnings
 
 logger = logging.getLogger(__name__)
+
+# veRL's engine package warns once per process for every optional training backend it cannot import
+# ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni, automodel,
+# mindspeed, megatron; verl/workers/engine/__init__.py:32-69) — five lines in every Ray worker. Its
+# first import in any process comes from the modules below, so this filter (exact message, that
+# module only) is in place in time; every other warning still shows.
+warnings.filterwarnings(
+    "ignore", message=r"\w+ engine is not available: ", category=UserWarning, module=r"verl\.workers\.engine\Z"
+)
 
 # Each module registers its pieces with veRL / Hydra as an import side effect.
 REGISTERING_MODULES = (

@@ -2,13 +2,14 @@
 
 A random tiny model never answers correctly, so a real verifier gives every response acc = 0: the
 PRM would then only learn "everything is wrong" and every group's outcome advantage would be 0.
-Here `acc` = 1 when at least a quarter of the response's characters are digits (varies between
-samples of one prompt), `score` = acc + that digit share, and `format` is a decoy the PRM must
-never be trained on (it is the opposite of `acc`).
+Here `acc` = 1 when the response holds a digit at all (the tiny tokenizer has one token per digit,
+so about 70 % of a random model's responses do: it varies between samples of one prompt, and about
+half of the n = 2 groups are mixed), `score` = acc + the digit share, and `format` is a decoy the PRM
+must never be trained on (it is the opposite of `acc`).
 """
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     digit_share = sum(char.isdigit() for char in solution_str) / max(len(solution_str), 1)
-    acc = float(digit_share >= 0.25)
+    acc = float(digit_share > 0)
     return {"score": acc + digit_share, "acc": acc, "format": 1.0 - acc}

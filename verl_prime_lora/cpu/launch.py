@@ -11,6 +11,7 @@ to the console and FILE and exits with main_ppo's exit code (124 on timeout).
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,7 +86,7 @@ def run_main_ppo(
         # Hydra's default output dir is ./outputs/<date>/ under the caller's working directory
         overrides = [*overrides, f"hydra.run.dir={log_path.parent / 'hydra'}"]
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    with open(log_path, "w", encoding="utf-8") as log:
+    with open(log_path, "w", encoding="utf-8") as log, _sigterm_unwinds():
         log.write(" ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(
@@ -115,6 +116,25 @@ def run_main_ppo(
             if survivors:
                 log.write(f"\n[launch] could not kill: {survivors}\n")
     return returncode
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """While a run is on, SIGTERM (a `timeout`, a CI job being cancelled, `kill`) raises SystemExit in the
+    main thread, so the cleanup below still kills the run: the run sits in its own session, and Ray's and
+    vLLM's processes would otherwise outlive us. Elsewhere than the main thread, a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _copy_lines(stream, log, echo: bool) -> None:

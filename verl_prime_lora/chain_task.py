@@ -1,0 +1,496 @@
+"""Step-by-step chain arithmetic, and a tiny Qwen2 warm-started on it by SFT, so that RL has room to improve.
+
+`python -m verl_prime_lora.chain_task --out DIR` writes (all offline, on CPU, in a few minutes at most)
+
+- `DIR/model/`: the shape of `tiny.build_model` (Qwen2ForCausalLM, hidden 64, 2 layers) with a byte-level BPE
+  tokenizer (`tiny.build_tokenizer`) trained on this task's chat text, fine-tuned with transformers' `Trainer`
+  on worked solutions until its greedy accuracy on a held-out set reaches a target (default 25 %): weak
+  enough that RL has room, strong enough that many K-sample groups hold both a right and a wrong answer;
+- `DIR/data/train.parquet`, `DIR/data/test.parquet`: RL prompts in veRL's RL format (as `tiny.make_problem`
+  builds them), `data_source` = `DATA_SOURCE`;
+- `DIR/warm_start.json`: what the warm start measured (greedy and T=1 sampled accuracy, the mixed share,
+  SFT steps and seconds, the seed, response lengths in tokens);
+- `DIR/.chain_task.stamp`: the cache key; a rerun with the same arguments finds it and reuses DIR.
+
+The task: a chain of `min_ops`-`max_ops` (default 3-5) single-digit operands (0-9) joined by + and -, such
+as `7+5-3+8`, generated so that every running total stays in `TOTAL_RANGE` = [0, 99]: no negative number
+appears anywhere (with single digits and at most 5 operands totals stay <= 45, so in practice only the
+lower bound binds). The worked solution writes every running total, `<think>7+5=12, 12-3=9, 9+8=17</think>
+\\boxed{17}`, so one wrong step makes a wrong answer. `verl_prime_lora.reward.compute_score` grades it.
+
+Splits are disjoint by question string: `sft_eval` (the held-out set the SFT stop rule measures), the RL
+`test` set, the RL `train` set. The SFT data are freshly generated and never hold an `sft_eval` or `test`
+question (they may repeat RL `train` questions). Everything is seeded: the same arguments give the same
+data and, on one machine, the same model.
+"""
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Nothing here is downloaded; set before transformers / huggingface_hub read it at import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+from verl_prime_lora import __version__  # noqa: E402
+from verl_prime_lora.reward import compute_score  # noqa: E402
+from verl_prime_lora.tiny import ABILITY, build_model, build_tokenizer  # noqa: E402
+
+DATA_SOURCE = "prime_lora/chain_arithmetic"
+INSTRUCTION = "Think step by step inside <think> </think>, then give the final answer as \\boxed{answer}."
+TOTAL_RANGE = (0, 99)  # every running total, the first operand and the answer included
+OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b}
+DIGITS = range(10)
+SPLITS = ("sft_eval", "test", "train")  # generated in this order, each avoiding the questions before it
+TASK_VERSION = 2  # part of the cache key: bump when the data, the model or the training change
+STAMP = ".chain_task.stamp"
+SAMPLES_PER_PROBLEM = 4
+NUM_THREADS = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the task
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One problem: `operands[0] operators[0] operands[1] operators[1] ...`."""
+
+    operands: tuple[int, ...]
+    operators: tuple[str, ...]
+
+    @classmethod
+    def from_question(cls, question: str) -> "Chain":
+        """The chain written as `question` (e.g. `7+5-3+8`)."""
+        tokens = re.findall(r"\d+|[+-]", question)
+        return cls(tuple(int(token) for token in tokens[0::2]), tuple(tokens[1::2]))
+
+    @property
+    def question(self) -> str:
+        steps = (op + str(operand) for op, operand in zip(self.operators, self.operands[1:]))
+        return str(self.operands[0]) + "".join(steps)
+
+    @property
+    def totals(self) -> list[int]:
+        """The running total after each operation; the last one is the answer."""
+        totals = []
+        for op, operand in zip(self.operators, self.operands[1:]):
+            totals.append(OPERATORS[op](totals[-1] if totals else self.operands[0], operand))
+        return totals
+
+    @property
+    def answer(self) -> str:
+        return str(self.totals[-1])
+
+    @property
+    def solution(self) -> str:
+        """The worked solution (the SFT target, without EOS): one `a op b = total` step per operation."""
+        totals = self.totals
+        lefts = [self.operands[0], *totals[:-1]]
+        steps = zip(lefts, self.operators, self.operands[1:], totals)
+        think = ", ".join(f"{left}{op}{operand}={total}" for left, op, operand, total in steps)
+        return f"<think>{think}</think> \\boxed{{{self.answer}}}"
+
+
+def sample_chain(rng: random.Random, n_operands: int) -> Chain:
+    """A random chain of `n_operands` digits; each step is drawn uniformly from the (operator, digit)
+    pairs that keep the running total inside `TOTAL_RANGE`."""
+    low, high = TOTAL_RANGE
+    operands, operators = [rng.choice(DIGITS)], []
+    total = operands[0]
+    for _ in range(n_operands - 1):
+        moves = [(op, d) for op in OPERATORS for d in DIGITS if low <= OPERATORS[op](total, d) <= high]
+        op, digit = rng.choice(moves)
+        operators.append(op)
+        operands.append(digit)
+        total = OPERATORS[op](total, digit)
+    return Chain(tuple(operands), tuple(operators))
+
+
+def messages(chain: Chain) -> list[dict]:
+    """The RL prompt as a chat (one user turn)."""
+    return [{"role": "user", "content": f"Compute {chain.question}. {INSTRUCTION}"}]
+
+
+def make_row(chain: Chain, index: int, split: str) -> dict:
+    """One row in veRL's RL format, as `tiny.make_problem` builds it."""
+    question, answer = chain.question, chain.answer
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": messages(chain),
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
+    }
+
+
+def _unique_chains(rng: random.Random, count: int, min_ops: int, max_ops: int, taken: set[str]) -> list[Chain]:
+    """`count` chains with distinct questions not in `taken`; the number of operands is uniform in
+    [min_ops, max_ops] (drawn first, so rejecting repeats does not skew it)."""
+    chains, seen = [], set(taken)
+    for _ in range(count):
+        n_operands = rng.randint(min_ops, max_ops)
+        for _attempt in range(10_000):
+            chain = sample_chain(rng, n_operands)
+            if chain.question not in seen:
+                break
+        else:
+            raise ValueError(f"too few distinct {n_operands}-operand problems for {count} rows")
+        seen.add(chain.question)
+        chains.append(chain)
+    return chains
+
+
+def make_splits(seed: int, sizes: dict[str, int], min_ops: int = 3, max_ops: int = 5) -> dict[str, list[Chain]]:
+    """The chains of each split in `SPLITS` (sizes by split name), disjoint by question string."""
+    if not 2 <= min_ops <= max_ops:
+        raise ValueError(f"need 2 <= min_ops <= max_ops, got {min_ops}, {max_ops}")
+    splits, taken = {}, set()
+    for split in SPLITS:
+        rng = random.Random(f"chain-{seed}-{split}")
+        splits[split] = _unique_chains(rng, sizes[split], min_ops, max_ops, taken)
+        taken |= {chain.question for chain in splits[split]}
+    return splits
+
+
+def sft_chains(seed: int, min_ops: int, max_ops: int, held_out: set[str]) -> Iterator[Chain]:
+    """An endless, seeded stream of fresh training problems, none with a question in `held_out`."""
+    rng = random.Random(f"chain-{seed}-sft")
+    while True:
+        chain = sample_chain(rng, rng.randint(min_ops, max_ops))
+        if chain.question not in held_out:
+            yield chain
+
+
+def accuracy(responses: list[str], answers: list[str]) -> list[float]:
+    """The project's grader, as RL rewards: math-verify accuracy (0/1) from `reward.compute_score`."""
+    return [compute_score(DATA_SOURCE, response, answer)["acc"] for response, answer in zip(responses, answers)]
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenization and generation
+# ---------------------------------------------------------------------------------------------
+
+
+def prompt_text(tokenizer, chain: Chain) -> str:
+    """The chat-formatted prompt, ending with the assistant turn's opening."""
+    return tokenizer.apply_chat_template(messages(chain), add_generation_prompt=True, tokenize=False)
+
+
+def tokenizer_corpus(chains: list[Chain]) -> list[str]:
+    """Chat-formatted prompts plus worked solutions, for BPE merges that fit numbers, `=` and `,`."""
+    return [
+        f"<|im_start|>user\n{messages(chain)[0]['content']}<|im_end|>\n<|im_start|>assistant\n"
+        f"{chain.solution}<|im_end|>\n"
+        for chain in chains
+    ]
+
+
+def response_ids(tokenizer, chain: Chain) -> list[int]:
+    """The worked solution's token ids, EOS included: what a policy must generate."""
+    return tokenizer(chain.solution + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+
+
+def encode_example(tokenizer, chain: Chain) -> dict[str, list[int]]:
+    """Prompt + worked solution, tokenized apart as in RL (prompt ids, then generated ids); the labels
+    mask the prompt with -100 so that the loss is on the response only."""
+    prompt = tokenizer(prompt_text(tokenizer, chain), add_special_tokens=False)["input_ids"]
+    response = response_ids(tokenizer, chain)
+    return {"input_ids": prompt + response, "labels": [-100] * len(prompt) + response}
+
+
+def collate(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch tensors for causal-LM training."""
+    width = max(len(example["input_ids"]) for example in examples)
+
+    def padded(key: str, value: int) -> torch.Tensor:
+        return torch.tensor([ex[key] + [value] * (width - len(ex[key])) for ex in examples])
+
+    mask = [[1] * len(ex["input_ids"]) + [0] * (width - len(ex["input_ids"])) for ex in examples]
+    return {
+        "input_ids": padded("input_ids", pad_id),
+        "labels": padded("labels", -100),
+        "attention_mask": torch.tensor(mask),
+    }
+
+
+class SFTStream(torch.utils.data.IterableDataset):
+    """Tokenized SFT examples from `chains()` (a fresh, seeded stream on every pass)."""
+
+    def __init__(self, tokenizer, chains: Callable[[], Iterator[Chain]]):
+        self.tokenizer, self.chains = tokenizer, chains
+
+    def __iter__(self):
+        for chain in self.chains():
+            yield encode_example(self.tokenizer, chain)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, samples: int = 0) -> list[str]:
+    """Responses to `prompts` (left-padded batch, special tokens dropped): one greedy response each
+    when `samples` is 0, else `samples` responses each at temperature 1 (no top-k / top-p), prompt-major."""
+    was_training = model.training
+    model.eval()
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    if samples:
+        sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "num_return_sequences": samples}
+    else:
+        sampling = {"do_sample": False}
+    output = model.generate(**batch, max_new_tokens=max_new_tokens, **sampling)
+    model.train(was_training)
+    return tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# SFT warm start
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HeldOut:
+    """The SFT stop rule's held-out problems, ready to generate."""
+
+    prompts: list[str]
+    answers: list[str]
+    max_new_tokens: int
+
+    def greedy_accuracy(self, model, tokenizer) -> float:
+        responses = generate(model, tokenizer, self.prompts, self.max_new_tokens)
+        return sum(accuracy(responses, self.answers)) / len(self.answers)
+
+
+class AccuracyStop(TrainerCallback):
+    """Every `every` steps (and at the end), measures greedy accuracy on `held_out` with `compute_score`,
+    prints a line, and stops training once it reaches `target`. `checks` keeps them, in order."""
+
+    def __init__(self, tokenizer, held_out: HeldOut, target: float, every: int):
+        self.tokenizer, self.held_out, self.target, self.every = tokenizer, held_out, target, every
+        self.checks: list[dict] = []
+        self.start = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0:
+            self._check(state, control, model)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if not self.checks or self.checks[-1]["step"] != state.global_step:  # ran out of steps between checks
+            self._check(state, control, model)
+
+    def _check(self, state, control, model) -> None:
+        acc = self.held_out.greedy_accuracy(model, self.tokenizer)
+        seconds = time.perf_counter() - self.start
+        self.checks.append({"step": state.global_step, "seconds": round(seconds, 2), "greedy_acc": acc})
+        print(f"sft step {state.global_step:5d}  {seconds:6.1f} s  greedy acc {acc:.3f}", flush=True)
+        if acc >= self.target:
+            control.should_training_stop = True
+
+
+def train_warm_start(model, tokenizer, stream: SFTStream, stopper: AccuracyStop, seed: int, max_steps: int) -> None:
+    """SFT with transformers' Trainer on CPU: AdamW lr 2e-3 (30 warm-up steps, then constant), clip 1.0,
+    batch 64, until `stopper` sees its target accuracy or `max_steps` pass."""
+    with tempfile.TemporaryDirectory() as scratch:  # Trainer wants an output_dir; nothing is saved there
+        args = TrainingArguments(
+            output_dir=scratch,
+            per_device_train_batch_size=64,
+            learning_rate=2e-3,
+            lr_scheduler_type="constant_with_warmup",
+            warmup_steps=30,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            max_steps=max_steps,
+            optim="adamw_torch",
+            seed=seed,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+        )
+        data_collator = functools.partial(collate, pad_id=tokenizer.pad_token_id)
+        trainer = Trainer(
+            model=model, args=args, train_dataset=stream, data_collator=data_collator, callbacks=[stopper]
+        )
+        trainer.remove_callback(PrinterCallback)  # its end-of-training metrics line; `stopper` prints the checks
+        trainer.train()
+
+
+def measure_sampled(model, tokenizer, held_out: HeldOut, seed: int) -> dict:
+    """Accuracy of `SAMPLES_PER_PROBLEM` samples per problem at temperature 1 (graded by `compute_score`),
+    and the mixed share: problems whose samples hold at least one right and one wrong answer."""
+    torch.manual_seed(seed)
+    sampled = generate(model, tokenizer, held_out.prompts, held_out.max_new_tokens, SAMPLES_PER_PROBLEM)
+    scores = accuracy(sampled, [answer for answer in held_out.answers for _ in range(SAMPLES_PER_PROBLEM)])
+    per_problem = [sum(scores[i : i + SAMPLES_PER_PROBLEM]) for i in range(0, len(scores), SAMPLES_PER_PROBLEM)]
+    return {
+        "sampled_acc": sum(scores) / len(scores),
+        "mixed_share": sum(0 < n < SAMPLES_PER_PROBLEM for n in per_problem) / len(per_problem),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# assets
+# ---------------------------------------------------------------------------------------------
+
+
+def _paths(out: Path) -> dict[str, Path]:
+    return {
+        "model": out / "model",
+        "train": out / "data" / "train.parquet",
+        "test": out / "data" / "test.parquet",
+        "warm_start": out / "warm_start.json",
+    }
+
+
+def _cache_key(settings: dict) -> str:
+    blob = json.dumps({**settings, "package": __version__, "task": TASK_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _is_complete(out: Path, key: str) -> bool:
+    stamp = out / STAMP
+    paths = _paths(out)
+    return (
+        stamp.is_file()
+        and stamp.read_text().strip() == key
+        and (paths["model"] / "config.json").is_file()
+        and (paths["model"] / "model.safetensors").is_file()
+        and all(paths[name].is_file() for name in ("train", "test", "warm_start"))
+    )
+
+
+def write_warm_assets(
+    out: Path,
+    seed: int = 0,
+    target_acc: float = 0.25,
+    train_size: int = 2000,
+    test_size: int = 200,
+    min_ops: int = 3,
+    max_ops: int = 5,
+    eval_size: int = 200,
+    check_every: int = 25,
+    max_steps: int = 2000,
+    vocab_size: int = 512,
+) -> dict:
+    """Build (or reuse) the warm-started model and the RL data under `out`; see the module docstring.
+
+    Returns the paths (`model`, `train`, `test`, `warm_start`) and `stats` (the contents of warm_start.json,
+    plus `reused`: whether a complete `out` built with the same arguments was found and kept).
+    Sets torch to `NUM_THREADS` threads while building.
+    """
+    out = Path(out)
+    settings = {
+        "seed": seed, "target_acc": target_acc, "train_size": train_size, "test_size": test_size,
+        "min_ops": min_ops, "max_ops": max_ops, "eval_size": eval_size, "check_every": check_every,
+        "max_steps": max_steps, "vocab_size": vocab_size,
+    }  # fmt: skip
+    key, paths = _cache_key(settings), _paths(out)
+    if _is_complete(out, key):
+        print(f"chain_task: reusing {out} (same arguments, complete)", flush=True)
+        return {**paths, "stats": {**json.loads(paths["warm_start"].read_text()), "reused": True}}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(NUM_THREADS)
+    try:
+        stats = _build(out, key, settings)
+    finally:
+        torch.set_num_threads(threads)
+    return {**paths, "stats": {**stats, "reused": False}}
+
+
+def _build(out: Path, key: str, settings: dict) -> dict:
+    """Data, tokenizer, SFT, measurement and files; the stamp is written last, so a partial `out` never
+    passes for a complete one."""
+    start = time.perf_counter()
+    seed, paths = settings["seed"], _paths(out)
+    (out / STAMP).unlink(missing_ok=True)
+    shutil.rmtree(paths["model"], ignore_errors=True)
+    sizes = {"sft_eval": settings["eval_size"], "test": settings["test_size"], "train": settings["train_size"]}
+    splits = make_splits(seed, sizes, settings["min_ops"], settings["max_ops"])
+    tokenizer = build_tokenizer(tokenizer_corpus(splits["train"] + splits["sft_eval"]), settings["vocab_size"])
+    model = build_model(tokenizer, seed, initializer_range=0.02)
+
+    lengths = [len(response_ids(tokenizer, chain)) for split in splits.values() for chain in split]
+    held_out = HeldOut(
+        prompts=[prompt_text(tokenizer, chain) for chain in splits["sft_eval"]],
+        answers=[chain.answer for chain in splits["sft_eval"]],
+        max_new_tokens=max(lengths) + 8,
+    )
+    held_out_questions = {chain.question for name in ("sft_eval", "test") for chain in splits[name]}
+    chains = functools.partial(sft_chains, seed, settings["min_ops"], settings["max_ops"], held_out_questions)
+    stream = SFTStream(tokenizer, chains)
+    stopper = AccuracyStop(tokenizer, held_out, settings["target_acc"], settings["check_every"])
+    train_warm_start(model, tokenizer, stream, stopper, seed, settings["max_steps"])
+    last = stopper.checks[-1]
+    sampled = measure_sampled(model, tokenizer, held_out, seed)
+
+    model.save_pretrained(paths["model"])
+    tokenizer.save_pretrained(paths["model"])
+    paths["train"].parent.mkdir(parents=True, exist_ok=True)
+    for name in ("train", "test"):
+        pd.DataFrame([make_row(chain, i, name) for i, chain in enumerate(splits[name])]).to_parquet(paths[name])
+    stats = {
+        **settings,
+        "reached_target": last["greedy_acc"] >= settings["target_acc"],
+        "sft_steps": last["step"],
+        "sft_seconds": last["seconds"],
+        "greedy_acc": last["greedy_acc"],
+        **sampled,
+        "samples_per_problem": SAMPLES_PER_PROBLEM,
+        "response_tokens_max": max(lengths),
+        "response_tokens_mean": round(sum(lengths) / len(lengths), 2),
+        "checks": stopper.checks,
+        "build_seconds": round(time.perf_counter() - start, 2),
+    }
+    paths["warm_start"].write_text(json.dumps(stats, indent=2) + "\n")
+    (out / STAMP).write_text(key + "\n")
+    _print_summary(stats)
+    return stats
+
+
+def _print_summary(stats: dict) -> None:
+    if not stats["reached_target"]:
+        print(f"chain_task: WARNING: greedy accuracy never reached {stats['target_acc']} in {stats['max_steps']} steps")
+    print(
+        f"chain_task: stopped at step {stats['sft_steps']} after {stats['sft_seconds']:.1f} s of SFT; "
+        f"greedy acc {stats['greedy_acc']:.3f}, sampled acc (T=1, {stats['samples_per_problem']}/problem) "
+        f"{stats['sampled_acc']:.3f}, mixed {stats['mixed_share']:.3f}; build {stats['build_seconds']:.1f} s",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for model/, data/, warm_start.json")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-acc", type=float, default=0.25, help="stop SFT at this greedy accuracy")
+    parser.add_argument("--train-size", type=int, default=2000, help="RL training prompts")
+    parser.add_argument("--test-size", type=int, default=200, help="RL validation prompts")
+    parser.add_argument("--min-ops", type=int, default=3, help="fewest operands in a problem")
+    parser.add_argument("--max-ops", type=int, default=5, help="most operands in a problem")
+    args = parser.parse_args()
+    result = write_warm_assets(
+        args.out, args.seed, args.target_acc, args.train_size, args.test_size, args.min_ops, args.max_ops
+    )
+    for name in ("model", "train", "test", "warm_start"):
+        print(f"{name}: {result[name]}")
+
+
+if __name__ == "__main__":
+    main()
