@@ -40,12 +40,12 @@ def before_after_table(run: LearningRun) -> str:
     ):
         rows.append((label, run.series(key)))
     width = max(len(label) for label, _ in rows)
-    lines = [f"{'':<{width}}   before    after", f"{'':<{width}}   (step)    (step)"]
+    lines = [f"{'(at step)':<{width}}   {'before':>10}   {'after':>10}"]
     for label, series in rows:
         if not series:
             continue
         (s0, v0), (s1, v1) = series[0], series[-1]
-        lines.append(f"{label:<{width}}   {v0:6.3f} ({s0:>2})  {v1:6.3f} ({s1:>2})")
+        lines.append(f"{label:<{width}}   {v0:5.3f} ({s0:>2})   {v1:5.3f} ({s1:>2})")
     return "\n".join(lines)
 
 
