@@ -48,9 +48,8 @@ def main() -> int:
             run = run_learning(name, assets, out / f"{name}_seed{seed}", args.steps, args.test_freq,
                                overrides=args.overrides, seed=seed)
             run.name = f"{name} (seed {seed})" if len(args.seeds) > 1 else name
-            summary = summarize(run)
-            if summary["start_acc"] is not None:
-                summary = summarize(run, target=summary["start_acc"] + args.gain)
+            val = run.val_accuracy()
+            summary = summarize(run, target=val[0][1] + args.gain if val else None)
             runs.append(run)
             summaries.append({**summary, "estimator": name, "seed": seed})
             if run.returncode != 0:
@@ -64,7 +63,7 @@ def main() -> int:
         )
     print(table(summaries, args.gain))
     (out / "learning.json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()},
+        {"args": {k: str(v) for k, v in vars(args).items() if k != "out"},
          "summaries": summaries,
          "runs": [{"name": r.name, "steps": r.steps, "wall": r.wall} for r in runs]}, indent=1) + "\n")
     plot = plot_runs(runs, out / "learning.png", f"chain arithmetic on CPU, {args.steps} steps")

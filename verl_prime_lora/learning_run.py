@@ -4,8 +4,8 @@ One run is `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` 
 tiny model of `verl_prime_lora.chain_task`, with veRL's own validation (greedy, `trainer.test_freq`)
 and veRL's `file` logger (one JSON line per step, `VERL_FILE_LOGGER_PATH`). While it runs, a thread
 follows that file and prints one compact line per step; veRL's full console output goes to the log
-file only. The demo (`python -m verl_prime_lora.demo`), the learning test and
-`benchmarks/learning.py` all run through `run_learning`.
+file only. The demo (`python -m verl_prime_lora.demo`, run as written by `tests/e2e/test_demo.py`) and
+`benchmarks/learning.py` both run through `run_learning`.
 
 Estimators compared (`ESTIMATORS`): `grpo` (veRL's sync trainer, no PRM), `prime_grpo` (length-free
 process advantage), `prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's).
@@ -78,7 +78,7 @@ class LearningRun:
         return out
 
     def val_accuracy(self) -> list[tuple[int, float]]:
-        """veRL's greedy validation accuracy, `val-core/<data_source>/acc/mean@1`, per validated step."""
+        """veRL's validation accuracy, `val-core/<data_source>/acc/mean@<n>`, per validated step."""
         key = next((k for s in self.steps.values() for k in s if is_val_accuracy_key(k)), None)
         return [] if key is None else self.series(key)
 
