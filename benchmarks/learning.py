@@ -1,11 +1,13 @@
-"""Learning benchmark on CPU: GRPO vs PRIME (three process terms), same data, seeds, batch and steps.
+"""Learning benchmark on CPU: GRPO vs PRIME (four variants), same data, seeds, batch and steps.
 
 Each run is a real `main_ppo` (LoRA actor, vLLM-CPU rollouts, veRL's greedy validation every
 `--test-freq` steps) on the warm-started tiny model of `verl_prime_lora.chain_task`, through
 `verl_prime_lora.learning_run` — the demo's settings, only the estimator changes:
 
 * `grpo`              veRL's sync trainer, no PRM (the baseline);
-* `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default);
+* `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default), with
+                      the recipe's process gate (`algorithm.prime.process_gate: 0.75`);
+* `prime_grpo_ungated` the same with `process_gate=null`: the process term always counts fully;
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);
 * `prime_rloo`        PRIME as in the paper (RLOO).
 
@@ -75,12 +77,12 @@ def table(summaries: list[dict], gain: float) -> str:
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    head = f"{'run':<18} {'seed':>4} {'start':>6} {'final':>6} {'best':>6} {'steps to +' + format(gain, '.2f'):>14} " \
+    head = f"{'run':<20} {'seed':>4} {'start':>6} {'final':>6} {'best':>6} {'steps to +' + format(gain, '.2f'):>14} " \
            f"{'s/step':>7} {'vs grpo':>8} {'PRM dpo_acc (last 5)':>21}"
     lines = [head, "-" * len(head)]
     for s in summaries:
         lines.append(
-            f"{s['estimator']:<18} {s['seed']:>4} {cell(s['start_acc'], '.3f'):>6} {cell(s['final_acc'], '.3f'):>6} "
+            f"{s['estimator']:<20} {s['seed']:>4} {cell(s['start_acc'], '.3f'):>6} {cell(s['final_acc'], '.3f'):>6} "
             f"{cell(s['best_acc'], '.3f'):>6} {cell(s['steps_to_target'], 'd'):>14} {cell(s['median_step_s'], '.2f'):>7} "
             f"{cell(s['step_time_vs_grpo'], '.2f'):>8} {cell(s['prm_dpo_acc_last5'], '.3f'):>21}"
         )

@@ -37,6 +37,9 @@ def test_worked_example():
     assert chain == ct.Chain((7, 5, 3, 8), ("+", "-", "+"))
     assert chain.totals == [12, 9, 17]
     assert chain.solution == "<think>7+5=12, 12-3=9, 9+8=17</think> \\boxed{17}"
+    assert chain.shortcut == "<think>7+5-3+8=17</think> \\boxed{17}"
+    assert ct.writes_steps(chain.solution) and not ct.writes_steps(chain.shortcut)
+    assert not ct.writes_steps("<think>7+5=12</think> \\boxed{12=12=12}")  # only what is inside <think> counts
     assert ct.messages(chain)[0]["content"] == (
         "Compute 7+5-3+8. Think step by step inside <think> </think>, then give the final answer as \\boxed{answer}."
     )
@@ -48,6 +51,7 @@ def test_worked_solutions_grade_correct_and_wrong_steps_wrong(splits):
         assert ct.Chain.from_question(chain.question) == chain
         right = score(chain.solution, chain.answer)
         assert (right["acc"], right["format"], right["reason"]) == (1.0, 1.0, "correct")
+        assert score(chain.shortcut, chain.answer) == right
         wrong = score(with_wrong_step(chain, rng.randrange(len(chain.operators))), chain.answer)
         assert (wrong["acc"], wrong["format"], wrong["reason"]) == (0.0, 1.0, "wrong")
 
@@ -71,10 +75,14 @@ def test_splits_are_disjoint_and_sft_data_avoid_held_out_questions(splits):
     assert not set(questions["test"]) & set(questions["sft_eval"])
     assert not set(questions["sft_eval"]) & set(questions["train"])
     held_out = set(questions["test"]) | set(questions["sft_eval"])
-    stream = ct.sft_chains(0, 3, 5, held_out)
-    drawn = [next(stream).question for _ in range(20_000)]
-    assert not held_out & set(drawn)
-    assert set(drawn) & set(questions["train"])  # SFT may see RL train prompts, never the held-out ones
+    stream = ct.sft_texts(0, 3, 5, held_out, shortcut_share=0.8)
+    drawn = [next(stream) for _ in range(20_000)]
+    assert not held_out & {chain.question for chain, _ in drawn}
+    assert {chain.question for chain, _ in drawn} & set(questions["train"])  # SFT may see RL train prompts
+    shortcuts = sum(text == chain.shortcut for chain, text in drawn)
+    assert shortcuts + sum(text == chain.solution for chain, text in drawn) == len(drawn)
+    assert 0.78 < shortcuts / len(drawn) < 0.82
+    assert all(text == chain.solution for chain, text in (next(ct.sft_texts(0, 3, 5, held_out, 0.0)) for _ in range(100)))
 
 
 def test_same_seed_same_rows_other_seed_other_rows():
@@ -103,7 +111,7 @@ def test_sft_example_masks_the_prompt(splits):
 
     tokenizer = build_tokenizer(ct.tokenizer_corpus(splits["train"]), 512)
     chain = splits["train"][0]
-    example = ct.encode_example(tokenizer, chain)
+    example = ct.encode_example(tokenizer, chain, chain.solution)
     n_prompt = example["labels"].count(-100)
     prompt_ids = tokenizer(ct.prompt_text(tokenizer, chain), add_special_tokens=False)["input_ids"]
     assert example["input_ids"][:n_prompt] == prompt_ids
@@ -130,11 +138,17 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
     out = tmp_path / "warm"
     result = ct.write_warm_assets(out, seed=0, train_size=200, test_size=50)
     stats = json.loads(result["warm_start"].read_text())
-    assert stats["reached_target"]
-    assert stats["target_acc"] <= stats["greedy_acc"] < 1.0
-    assert stats["greedy_acc"] == stats["checks"][-1]["greedy_acc"]
-    assert all(check["greedy_acc"] < stats["target_acc"] for check in stats["checks"][:-1])
-    assert 0.0 < stats["sampled_acc"] < 1.0 and 0.0 < stats["mixed_share"] <= 1.0
+    assert stats["reached_skill"]
+    skill = [check for check in stats["checks"] if check["phase"] == "skill"]
+    habit = [check for check in stats["checks"] if check["phase"] == "habit"]
+    assert skill[-1]["greedy_acc"] >= stats["skill_acc"] > max(check["greedy_acc"] for check in skill[:-1])
+    assert habit[-1]["step"] == stats["mix_steps"] and stats["greedy_acc"] == habit[-1]["greedy_acc"]
+    # the window the RL task is built for: room to improve, and groups that hold right and wrong answers
+    assert 0.12 <= stats["greedy_acc"] <= 0.5 and 0.08 <= stats["sampled_acc"] <= 0.4
+    assert stats["mixed_share"] >= 0.25
+    # the habit is what RL can fix: writing the steps pays, and the warm model writes them only sometimes
+    assert 0.15 <= stats["sampled_steps_share"] <= 0.7
+    assert stats["sampled_acc_with_steps"] > 2 * stats["sampled_acc_without_steps"]
     assert not result["stats"]["reused"]
 
     train, test = pd.read_parquet(result["train"]), pd.read_parquet(result["test"])

@@ -474,7 +474,7 @@ def test_classification_accuracy():
     assert ca.prm_classification_accuracy(z, y, m).item() == pytest.approx(2 / 4)
 
 
-def ref_pairwise(z, y, index, valid):
+def ref_pairwise(z, y, index, valid, mixed_only=False):
     accs = []
     for members in groups_of(index).values():
         members = [i for i in members if valid[i]]
@@ -488,21 +488,23 @@ def ref_pairwise(z, y, index, valid):
                     continue
                 a = 0.5 if z[i] == z[j] else float((z[i] - z[j]) * (y[i] - y[j]) > 0)
                 num, den = num + w * a, den + w
-        accs.append(num / den if den else 0.5)
-    return sum(accs) / len(accs) if accs else 0.0
+        if den or not mixed_only:
+            accs.append(num / den if den else 0.5)
+    return sum(accs) / len(accs) if accs else (0.5 if mixed_only else 0.0)
 
 
 @settings(max_examples=60, deadline=None)
-@given(batch=batches, tie=st.booleans())
-def test_pairwise_accuracy_matches_reference(batch, tie):
+@given(batch=batches, tie=st.booleans(), mixed_only=st.booleans())
+def test_pairwise_accuracy_matches_reference(batch, tie, mixed_only):
     _, mask, index, process = batch
     gen = torch.Generator().manual_seed(len(index))
     z = torch.randn(len(index), generator=gen, dtype=torch.float64)
     if tie:
         z = z.round()
     y = torch.randint(0, 2, (len(index),), generator=gen).to(torch.float64)
-    got = ca.prm_pairwise_accuracy(z, y, index, mask).item()
-    assert got == pytest.approx(ref_pairwise(z.tolist(), y.tolist(), list(index), (mask.sum(-1) > 0).tolist()))
+    got = ca.prm_pairwise_accuracy(z, y, index, mask, mixed_only=mixed_only).item()
+    valid = (mask.sum(-1) > 0).tolist()
+    assert got == pytest.approx(ref_pairwise(z.tolist(), y.tolist(), list(index), valid, mixed_only))
 
 
 def test_pairwise_accuracy_perfect_and_inverted():
@@ -512,3 +514,38 @@ def test_pairwise_accuracy_perfect_and_inverted():
     z = torch.tensor([2.0, -1.0, 1.0, 0.3, 0.1])
     assert ca.prm_pairwise_accuracy(z, y, index, m).item() == pytest.approx((1.0 + 0.5) / 2)
     assert ca.prm_pairwise_accuracy(-z, y, index, m).item() == pytest.approx((0.0 + 0.5) / 2)
+    # over mixed groups only, the one-label group "b" does not pull the result towards 1/2
+    assert ca.prm_pairwise_accuracy(z, y, index, m, mixed_only=True).item() == pytest.approx(1.0)
+    assert ca.prm_pairwise_accuracy(-z, y, index, m, mixed_only=True).item() == pytest.approx(0.0)
+    assert ca.prm_pairwise_accuracy(z, torch.zeros(5), index, m, mixed_only=True).item() == 0.5  # no pair at all
+
+
+@pytest.mark.parametrize("acc, full_at, weight", [
+    (0.3, 0.75, 0.0), (0.5, 0.75, 0.0), (0.625, 0.75, 0.5), (0.75, 0.75, 1.0), (0.9, 0.75, 1.0),
+    (0.55, 0.6, 0.5), (0.2, None, 1.0), (1.0, 1.0, 1.0),
+])
+def test_process_gate_weight(acc, full_at, weight):
+    assert ca.process_gate_weight(acc, full_at) == pytest.approx(weight)
+
+
+def test_gate_ema_needs_several_steps_of_evidence():
+    """One lucky step (a = 1) moves the running mean from chance by 0.05 only; ten steady steps at 0.9 open it."""
+    assert ca.process_gate_weight(ca.ema(0.5, 1.0, ca.GATE_EMA_DECAY), 0.75) == pytest.approx(0.2)
+    running = 0.5
+    for _ in range(10):
+        running = ca.ema(running, 0.9, ca.GATE_EMA_DECAY)
+    assert running == pytest.approx(0.9 - 0.4 * 0.9**10) and ca.process_gate_weight(running, 0.75) > 0.9
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=batches, w=st.floats(0.0, 1.0), name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]))
+def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name):
+    """A(w) = A(0) + w·(A(1) − A(0)), A(0) the outcome-only advantage: the gate scales the process part only."""
+    rewards, mask, index, process = batch
+    estimator, cfg = get_adv_estimator_fn(name), algo_config(process_std_threshold=0.0)
+    full, _ = estimator(rewards, mask, index, config=cfg, process_rewards=process)
+    none, _ = estimator(rewards, mask, index, config=cfg, process_rewards=process, process_scale=0.0)
+    outcome_only, _ = estimator(rewards, mask, index, config=cfg)
+    gated, _ = estimator(rewards, mask, index, config=cfg, process_rewards=process, process_scale=w)
+    torch.testing.assert_close(none, outcome_only, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(gated, outcome_only + w * (full - outcome_only), rtol=1e-9, atol=1e-9)

@@ -87,6 +87,9 @@ def test_plain_verl_configs_are_left_alone():
         (["prime.prm.label_key=format"], "prime.prm.label_key"),
         (["prime.prm.mini_batch_size=3"], "prime.prm.mini_batch_size"),
         (["prime.prm.beta=0"], "prime.prm.beta"),
+        (["algorithm.prime.process_gate=0.5"], "algorithm.prime.process_gate"),
+        (["algorithm.prime.process_gate=1.5"], "algorithm.prime.process_gate"),
+        (["algorithm.prime.process_gate=high"], "algorithm.prime.process_gate"),
     ],
 )
 def test_each_error_names_its_key(overrides, key):
@@ -415,6 +418,13 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     adv_p, _ = prime_advantages(algo, scores[perm], mask[perm], np.array([uid[i] for i in perm], dtype=object), r_p)
     assert torch.allclose(adv_p, adv[perm], atol=1e-6)
 
+    # the gate's weight reaches the estimator: 0 gives the outcome-only advantage
+    r_prm, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
+    full, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r_prm)
+    gated, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r_prm, process_scale=0.0)
+    outcome_only, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), torch.zeros_like(r))
+    assert torch.equal(gated, outcome_only) and not torch.allclose(full, outcome_only)
+
 
 def test_prm_metrics_before_and_after_the_update():
 
@@ -429,3 +439,6 @@ def test_prm_metrics_before_and_after_the_update():
     _, m1 = prm_rewards_and_metrics(ref, better, ref, mask, labels, uid, 0.05)
     assert m1["prm/dpo_acc_before"] == pytest.approx(0.5)
     assert m1["prm/dpo_acc"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)
+    assert m1["prm/dpo_acc_before_mixed"] == pytest.approx(0.5)  # the gate's input: the PRM before the update
+    _, m2 = prm_rewards_and_metrics(better, better, ref, mask, labels, uid, 0.05)
+    assert m2["prm/dpo_acc_before_mixed"] == pytest.approx(1.0)  # group a only: b and c hold no pair

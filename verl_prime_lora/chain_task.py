@@ -4,8 +4,19 @@
 
 - `DIR/model/`: the shape of `tiny.build_model` (Qwen2ForCausalLM, hidden 64, 2 layers) with a byte-level BPE
   tokenizer (`tiny.build_tokenizer`) trained on this task's chat text, fine-tuned with transformers' `Trainer`
-  on worked solutions until its greedy accuracy on a held-out set reaches a target (default 25 %): weak
-  enough that RL has room, strong enough that many K-sample groups hold both a right and a wrong answer;
+  in two phases (`train_warm_start`):
+  1. *skill*: worked solutions only, at lr 2e-3, until greedy accuracy on a held-out set reaches `skill_acc`
+     (default 75 %, measured every `check_every` steps): the model can do the steps;
+  2. *habit*: `mix_steps` (default 150) more steps at `habit_lr` (default 5e-4) on a corpus where a share
+     `shortcut_share` (default 70 %) of the solutions skip the steps (`Chain.shortcut`:
+     `<think>7+5-3+8=17</think> \\boxed{17}`), as if part of the SFT data came from a hasty solver. A 2-layer
+     model cannot add a whole chain at once, so the warm model answers right mostly when it writes the steps,
+     and writes them only part of the time. (The habit also costs some of the skill: sampled accuracy with
+     steps falls from about 50 % to about 30 %.)
+  The result (measured, in `warm_start.json`; seed 0): about a fifth of held-out problems solved greedily, an
+  eighth under sampling, a quarter of samples writing the steps, and about 40 % of problems whose samples hold
+  both a right and a wrong answer. RL has an outcome to learn from (write the steps, and get them right) and
+  a process to credit (the tokens where a response starts to skip, or a step goes wrong);
 - `DIR/data/train.parquet`, `DIR/data/test.parquet`: RL prompts in veRL's RL format (as `tiny.make_problem`
   builds them), `data_source` = `DATA_SOURCE`;
 - `DIR/warm_start.json`: what the warm start measured (greedy and T=1 sampled accuracy, the mixed share,
@@ -16,7 +27,8 @@ The task: a chain of `min_ops`-`max_ops` (default 3-5) single-digit operands (0-
 as `7+5-3+8`, generated so that every running total stays in `TOTAL_RANGE` = [0, 99]: no negative number
 appears anywhere (with single digits and at most 5 operands totals stay <= 45, so in practice only the
 lower bound binds). The worked solution writes every running total, `<think>7+5=12, 12-3=9, 9+8=17</think>
-\\boxed{17}`, so one wrong step makes a wrong answer. `verl_prime_lora.reward.compute_score` grades it.
+\\boxed{17}`, so one wrong step makes a wrong answer; the shortcut writes only `7+5-3+8=17`.
+`verl_prime_lora.reward.compute_score` grades it.
 
 Splits are disjoint by question string: `sft_eval` (the held-out set the SFT stop rule measures), the RL
 `test` set, the RL `train` set. The SFT data are freshly generated and never hold an `sft_eval` or `test`
@@ -55,7 +67,7 @@ TOTAL_RANGE = (0, 99)  # every running total, the first operand and the answer i
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b}
 DIGITS = range(10)
 SPLITS = ("sft_eval", "test", "train")  # generated in this order, each avoiding the questions before it
-TASK_VERSION = 2  # part of the cache key: bump when the data, the model or the training change
+TASK_VERSION = 3  # part of the cache key: bump when the data, the model or the training change
 STAMP = ".chain_task.stamp"
 SAMPLES_PER_PROBLEM = 4
 NUM_THREADS = 2
@@ -104,6 +116,17 @@ class Chain:
         steps = zip(lefts, self.operators, self.operands[1:], totals)
         think = ", ".join(f"{left}{op}{operand}={total}" for left, op, operand, total in steps)
         return f"<think>{think}</think> \\boxed{{{self.answer}}}"
+
+    @property
+    def shortcut(self) -> str:
+        """The solution with the steps skipped (a hasty solver's): the whole chain and its total at once."""
+        return f"<think>{self.question}={self.answer}</think> \\boxed{{{self.answer}}}"
+
+
+def writes_steps(response: str) -> bool:
+    """Whether a response works in steps (two or more `=` before `</think>`), as `Chain.solution` does,
+    rather than jumping to the total (one `=`, as `Chain.shortcut` does)."""
+    return response.split("</think>")[0].count("=") >= 2
 
 
 def sample_chain(rng: random.Random, n_operands: int) -> Chain:
@@ -167,13 +190,16 @@ def make_splits(seed: int, sizes: dict[str, int], min_ops: int = 3, max_ops: int
     return splits
 
 
-def sft_chains(seed: int, min_ops: int, max_ops: int, held_out: set[str]) -> Iterator[Chain]:
-    """An endless, seeded stream of fresh training problems, none with a question in `held_out`."""
-    rng = random.Random(f"chain-{seed}-sft")
+def sft_texts(
+    seed: int, min_ops: int, max_ops: int, held_out: set[str], shortcut_share: float
+) -> Iterator[tuple[Chain, str]]:
+    """An endless, seeded stream of fresh training problems, none with a question in `held_out`, each with
+    its SFT target: `Chain.shortcut` with probability `shortcut_share`, else the worked `Chain.solution`."""
+    rng = random.Random(f"chain-{seed}-sft-{shortcut_share}")
     while True:
         chain = sample_chain(rng, rng.randint(min_ops, max_ops))
         if chain.question not in held_out:
-            yield chain
+            yield chain, chain.shortcut if rng.random() < shortcut_share else chain.solution
 
 
 def accuracy(responses: list[str], answers: list[str]) -> list[float]:
@@ -192,24 +218,25 @@ def prompt_text(tokenizer, chain: Chain) -> str:
 
 
 def tokenizer_corpus(chains: list[Chain]) -> list[str]:
-    """Chat-formatted prompts plus worked solutions, for BPE merges that fit numbers, `=` and `,`."""
+    """Chat-formatted prompts plus worked and shortcut solutions, for BPE merges that fit numbers, `=` and `,`."""
     return [
         f"<|im_start|>user\n{messages(chain)[0]['content']}<|im_end|>\n<|im_start|>assistant\n"
-        f"{chain.solution}<|im_end|>\n"
+        f"{solution}<|im_end|>\n"
         for chain in chains
+        for solution in (chain.solution, chain.shortcut)
     ]
 
 
-def response_ids(tokenizer, chain: Chain) -> list[int]:
-    """The worked solution's token ids, EOS included: what a policy must generate."""
-    return tokenizer(chain.solution + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+def response_ids(tokenizer, solution: str) -> list[int]:
+    """A solution's token ids, EOS included: what a policy must generate."""
+    return tokenizer(solution + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
 
 
-def encode_example(tokenizer, chain: Chain) -> dict[str, list[int]]:
-    """Prompt + worked solution, tokenized apart as in RL (prompt ids, then generated ids); the labels
+def encode_example(tokenizer, chain: Chain, solution: str) -> dict[str, list[int]]:
+    """Prompt + `solution`, tokenized apart as in RL (prompt ids, then generated ids); the labels
     mask the prompt with -100 so that the loss is on the response only."""
     prompt = tokenizer(prompt_text(tokenizer, chain), add_special_tokens=False)["input_ids"]
-    response = response_ids(tokenizer, chain)
+    response = response_ids(tokenizer, solution)
     return {"input_ids": prompt + response, "labels": [-100] * len(prompt) + response}
 
 
@@ -229,14 +256,14 @@ def collate(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 class SFTStream(torch.utils.data.IterableDataset):
-    """Tokenized SFT examples from `chains()` (a fresh, seeded stream on every pass)."""
+    """Tokenized SFT examples from `texts()`, (chain, solution) pairs (a fresh, seeded stream on every pass)."""
 
-    def __init__(self, tokenizer, chains: Callable[[], Iterator[Chain]]):
-        self.tokenizer, self.chains = tokenizer, chains
+    def __init__(self, tokenizer, texts: Callable[[], Iterator[tuple[Chain, str]]]):
+        self.tokenizer, self.texts = tokenizer, texts
 
     def __iter__(self):
-        for chain in self.chains():
-            yield encode_example(self.tokenizer, chain)
+        for chain, solution in self.texts():
+            yield encode_example(self.tokenizer, chain, solution)
 
 
 @torch.no_grad()
@@ -275,10 +302,11 @@ class HeldOut:
 
 class AccuracyStop(TrainerCallback):
     """Every `every` steps (and at the end), measures greedy accuracy on `held_out` with `compute_score`,
-    prints a line, and stops training once it reaches `target`. `checks` keeps them, in order."""
+    prints a line, and stops training once it reaches `target` (never, if None). `checks` keeps them, in order."""
 
-    def __init__(self, tokenizer, held_out: HeldOut, target: float, every: int):
+    def __init__(self, tokenizer, held_out: HeldOut, target: float | None, every: int, phase: str):
         self.tokenizer, self.held_out, self.target, self.every = tokenizer, held_out, target, every
+        self.phase = phase
         self.checks: list[dict] = []
         self.start = 0.0
 
@@ -296,20 +324,24 @@ class AccuracyStop(TrainerCallback):
     def _check(self, state, control, model) -> None:
         acc = self.held_out.greedy_accuracy(model, self.tokenizer)
         seconds = time.perf_counter() - self.start
-        self.checks.append({"step": state.global_step, "seconds": round(seconds, 2), "greedy_acc": acc})
-        print(f"sft step {state.global_step:5d}  {seconds:6.1f} s  greedy acc {acc:.3f}", flush=True)
-        if acc >= self.target:
+        check = {"phase": self.phase, "step": state.global_step, "seconds": round(seconds, 2), "greedy_acc": acc}
+        self.checks.append(check)
+        print(f"sft {self.phase} step {state.global_step:5d}  {seconds:6.1f} s  greedy acc {acc:.3f}", flush=True)
+        if self.target is not None and acc >= self.target:
             control.should_training_stop = True
 
 
-def train_warm_start(model, tokenizer, stream: SFTStream, stopper: AccuracyStop, seed: int, max_steps: int) -> None:
-    """SFT with transformers' Trainer on CPU: AdamW lr 2e-3 (30 warm-up steps, then constant), clip 1.0,
-    batch 64, until `stopper` sees its target accuracy or `max_steps` pass."""
+def train_warm_start(
+    model, tokenizer, stream: SFTStream, stopper: AccuracyStop, seed: int, max_steps: int, lr: float = 2e-3
+) -> None:
+    """SFT with transformers' Trainer on CPU: AdamW at `lr` (30 warm-up steps, then constant), clip 1.0,
+    batch 64, until `stopper` sees its target accuracy or `max_steps` pass. Each call is one phase, with a
+    fresh optimizer."""
     with tempfile.TemporaryDirectory() as scratch:  # Trainer wants an output_dir; nothing is saved there
         args = TrainingArguments(
             output_dir=scratch,
             per_device_train_batch_size=64,
-            learning_rate=2e-3,
+            learning_rate=lr,
             lr_scheduler_type="constant_with_warmup",
             warmup_steps=30,
             weight_decay=0.0,
@@ -333,15 +365,24 @@ def train_warm_start(model, tokenizer, stream: SFTStream, stopper: AccuracyStop,
 
 
 def measure_sampled(model, tokenizer, held_out: HeldOut, seed: int) -> dict:
-    """Accuracy of `SAMPLES_PER_PROBLEM` samples per problem at temperature 1 (graded by `compute_score`),
-    and the mixed share: problems whose samples hold at least one right and one wrong answer."""
+    """Over `SAMPLES_PER_PROBLEM` samples per problem at temperature 1 (graded by `compute_score`): the
+    accuracy; the mixed share (problems whose samples hold at least one right and one wrong answer); the
+    share of samples that write the steps (`writes_steps`), and the accuracy with and without them."""
     torch.manual_seed(seed)
     sampled = generate(model, tokenizer, held_out.prompts, held_out.max_new_tokens, SAMPLES_PER_PROBLEM)
     scores = accuracy(sampled, [answer for answer in held_out.answers for _ in range(SAMPLES_PER_PROBLEM)])
     per_problem = [sum(scores[i : i + SAMPLES_PER_PROBLEM]) for i in range(0, len(scores), SAMPLES_PER_PROBLEM)]
+    steps = [writes_steps(response) for response in sampled]
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 4) if values else None
+
     return {
-        "sampled_acc": sum(scores) / len(scores),
-        "mixed_share": sum(0 < n < SAMPLES_PER_PROBLEM for n in per_problem) / len(per_problem),
+        "sampled_acc": mean(scores),
+        "mixed_share": mean([0 < n < SAMPLES_PER_PROBLEM for n in per_problem]),
+        "sampled_steps_share": mean(steps),
+        "sampled_acc_with_steps": mean([score for score, step in zip(scores, steps) if step]),
+        "sampled_acc_without_steps": mean([score for score, step in zip(scores, steps) if not step]),
     }
 
 
@@ -379,7 +420,10 @@ def _is_complete(out: Path, key: str) -> bool:
 def write_warm_assets(
     out: Path,
     seed: int = 0,
-    target_acc: float = 0.25,
+    skill_acc: float = 0.75,
+    shortcut_share: float = 0.7,
+    mix_steps: int = 150,
+    habit_lr: float = 5e-4,
     train_size: int = 2000,
     test_size: int = 200,
     min_ops: int = 3,
@@ -397,7 +441,8 @@ def write_warm_assets(
     """
     out = Path(out)
     settings = {
-        "seed": seed, "target_acc": target_acc, "train_size": train_size, "test_size": test_size,
+        "seed": seed, "skill_acc": skill_acc, "shortcut_share": shortcut_share, "mix_steps": mix_steps,
+        "habit_lr": habit_lr, "train_size": train_size, "test_size": test_size,
         "min_ops": min_ops, "max_ops": max_ops, "eval_size": eval_size, "check_every": check_every,
         "max_steps": max_steps, "vocab_size": vocab_size,
     }  # fmt: skip
@@ -426,18 +471,20 @@ def _build(out: Path, key: str, settings: dict) -> dict:
     tokenizer = build_tokenizer(tokenizer_corpus(splits["train"] + splits["sft_eval"]), settings["vocab_size"])
     model = build_model(tokenizer, seed, initializer_range=0.02)
 
-    lengths = [len(response_ids(tokenizer, chain)) for split in splits.values() for chain in split]
+    lengths = [len(response_ids(tokenizer, chain.solution)) for split in splits.values() for chain in split]
     held_out = HeldOut(
         prompts=[prompt_text(tokenizer, chain) for chain in splits["sft_eval"]],
         answers=[chain.answer for chain in splits["sft_eval"]],
         max_new_tokens=max(lengths) + 8,
     )
     held_out_questions = {chain.question for name in ("sft_eval", "test") for chain in splits[name]}
-    chains = functools.partial(sft_chains, seed, settings["min_ops"], settings["max_ops"], held_out_questions)
-    stream = SFTStream(tokenizer, chains)
-    stopper = AccuracyStop(tokenizer, held_out, settings["target_acc"], settings["check_every"])
-    train_warm_start(model, tokenizer, stream, stopper, seed, settings["max_steps"])
-    last = stopper.checks[-1]
+    texts = functools.partial(sft_texts, seed, settings["min_ops"], settings["max_ops"], held_out_questions)
+    skill = AccuracyStop(tokenizer, held_out, settings["skill_acc"], settings["check_every"], "skill")
+    worked = SFTStream(tokenizer, functools.partial(texts, 0.0))
+    train_warm_start(model, tokenizer, worked, skill, seed, settings["max_steps"])
+    habit = AccuracyStop(tokenizer, held_out, None, settings["check_every"], "habit")
+    mixed = SFTStream(tokenizer, functools.partial(texts, settings["shortcut_share"]))
+    train_warm_start(model, tokenizer, mixed, habit, seed, settings["mix_steps"], settings["habit_lr"])
     sampled = measure_sampled(model, tokenizer, held_out, seed)
 
     model.save_pretrained(paths["model"])
@@ -447,15 +494,17 @@ def _build(out: Path, key: str, settings: dict) -> dict:
         pd.DataFrame([make_row(chain, i, name) for i, chain in enumerate(splits[name])]).to_parquet(paths[name])
     stats = {
         **settings,
-        "reached_target": last["greedy_acc"] >= settings["target_acc"],
-        "sft_steps": last["step"],
-        "sft_seconds": last["seconds"],
-        "greedy_acc": last["greedy_acc"],
+        "reached_skill": skill.checks[-1]["greedy_acc"] >= settings["skill_acc"],
+        "skill_steps": skill.checks[-1]["step"],
+        "skill_greedy_acc": skill.checks[-1]["greedy_acc"],
+        "sft_steps": skill.checks[-1]["step"] + habit.checks[-1]["step"],
+        "sft_seconds": round(skill.checks[-1]["seconds"] + habit.checks[-1]["seconds"], 2),
+        "greedy_acc": habit.checks[-1]["greedy_acc"],
         **sampled,
         "samples_per_problem": SAMPLES_PER_PROBLEM,
         "response_tokens_max": max(lengths),
         "response_tokens_mean": round(sum(lengths) / len(lengths), 2),
-        "checks": stopper.checks,
+        "checks": skill.checks + habit.checks,
         "build_seconds": round(time.perf_counter() - start, 2),
     }
     paths["warm_start"].write_text(json.dumps(stats, indent=2) + "\n")
@@ -465,12 +514,16 @@ def _build(out: Path, key: str, settings: dict) -> dict:
 
 
 def _print_summary(stats: dict) -> None:
-    if not stats["reached_target"]:
-        print(f"chain_task: WARNING: greedy accuracy never reached {stats['target_acc']} in {stats['max_steps']} steps")
+    if not stats["reached_skill"]:
+        print(f"chain_task: WARNING: greedy accuracy never reached {stats['skill_acc']} in {stats['max_steps']} steps")
     print(
-        f"chain_task: stopped at step {stats['sft_steps']} after {stats['sft_seconds']:.1f} s of SFT; "
+        f"chain_task: skill at step {stats['skill_steps']} (greedy acc {stats['skill_greedy_acc']:.3f}), then "
+        f"{stats['mix_steps']} steps with {stats['shortcut_share']:.0%} shortcuts, "
+        f"{stats['sft_seconds']:.1f} s of SFT; "
         f"greedy acc {stats['greedy_acc']:.3f}, sampled acc (T=1, {stats['samples_per_problem']}/problem) "
-        f"{stats['sampled_acc']:.3f}, mixed {stats['mixed_share']:.3f}; build {stats['build_seconds']:.1f} s",
+        f"{stats['sampled_acc']:.3f} ({stats['sampled_steps_share']:.0%} write the steps: acc "
+        f"{stats['sampled_acc_with_steps']}, without: {stats['sampled_acc_without_steps']}), "
+        f"mixed {stats['mixed_share']:.3f}; build {stats['build_seconds']:.1f} s",
         flush=True,
     )
 
@@ -479,14 +532,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for model/, data/, warm_start.json")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-acc", type=float, default=0.25, help="stop SFT at this greedy accuracy")
+    parser.add_argument("--skill-acc", type=float, default=0.75, help="end the skill phase at this greedy accuracy")
+    parser.add_argument("--shortcut-share", type=float, default=0.7, help="shortcut share in the habit phase")
+    parser.add_argument("--mix-steps", type=int, default=150, help="SFT steps of the habit phase")
+    parser.add_argument("--habit-lr", type=float, default=5e-4, help="lr of the habit phase")
     parser.add_argument("--train-size", type=int, default=2000, help="RL training prompts")
     parser.add_argument("--test-size", type=int, default=200, help="RL validation prompts")
     parser.add_argument("--min-ops", type=int, default=3, help="fewest operands in a problem")
     parser.add_argument("--max-ops", type=int, default=5, help="most operands in a problem")
     args = parser.parse_args()
     result = write_warm_assets(
-        args.out, args.seed, args.target_acc, args.train_size, args.test_size, args.min_ops, args.max_ops
+        args.out, args.seed, args.skill_acc, args.shortcut_share, args.mix_steps, args.habit_lr, args.train_size,
+        args.test_size,
+        args.min_ops, args.max_ops,
     )
     for name in ("model", "train", "test", "warm_start"):
         print(f"{name}: {result[name]}")

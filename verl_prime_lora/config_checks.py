@@ -172,6 +172,14 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     if process_norm not in PROCESS_NORMS:
         _fail("algorithm.prime.process_norm", f"is {process_norm!r}; choose one of {list(PROCESS_NORMS)}.")
 
+    gate = _get(config, "algorithm.prime.process_gate", None)
+    if gate is not None and not (isinstance(gate, (int, float)) and 0.5 < float(gate) <= 1.0):
+        _fail(
+            "algorithm.prime.process_gate",
+            f"is {gate!r}; it is the PRM's held-out pairwise accuracy at which the process term counts fully: "
+            "a number in (0.5, 1], or null for no gate.",
+        )
+
     # 6. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)

@@ -146,7 +146,7 @@ def prm_classification_accuracy(
 
 
 def prm_pairwise_accuracy(
-    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor
+    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor, mixed_only: bool = False
 ) -> torch.Tensor:
     r"""Group pairwise ranking accuracy of the PRM ("dpo_acc" of the reference implementations).
 
@@ -155,6 +155,8 @@ def prm_pairwise_accuracy(
         a_ij = 1 if (z_i − z_j)(acc_i − acc_j) > 0, ½ if z_i = z_j, else 0;
     acc_g = ½ for a group with no such pair. The result is the mean of acc_g over groups that hold at
     least one valid row. (Ties count ½ here; the reference code counts them by sign convention.)
+    ``mixed_only``: the mean over groups that hold such a pair instead (½ if none does), so that groups
+    with one label only do not pull the result towards ½.
     """
     dtype = compute_dtype(seq_logits)
     gid = group_ids(index, seq_logits.device)
@@ -176,8 +178,10 @@ def prm_pairwise_accuracy(
     agree = torch.where(dz == 0, torch.full_like(dz, 0.5), ((dz * dacc) > 0).to(dtype))
     num, den = (weight * agree).sum(dim=(1, 2)), weight.sum(dim=(1, 2))
     per_group = torch.where(den > 0, num / den.clamp_min(torch.finfo(dtype).tiny), torch.full_like(den, 0.5))
-    has_rows = ok.any(dim=1)
-    return (per_group * has_rows).sum() / has_rows.sum().clamp_min(1)
+    counted = den > 0 if mixed_only else ok.any(dim=1)
+    if mixed_only and not counted.any():
+        return torch.tensor(0.5, dtype=dtype, device=gid.device)
+    return (per_group * counted).sum() / counted.sum().clamp_min(1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,6 +335,29 @@ def _whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_whiten(advantages, mask) * mask
 
 
+GATE_EMA_DECAY = 0.9  # the process gate reads ā_t = 0.9·ā_{t−1} + 0.1·a_t, ā_0 = ½ (about the last 10 steps)
+
+
+def ema(previous: float, value: float, decay: float) -> float:
+    """Exponential moving average: decay·previous + (1 − decay)·value."""
+    return decay * float(previous) + (1.0 - decay) * float(value)
+
+
+def process_gate_weight(pairwise_acc: float, full_at: float | None) -> float:
+    r"""Weight of the process term from the PRM's pairwise accuracy on responses it has not trained on.
+
+        w = clip((ā − ½) / (full_at − ½), 0, 1),   ā = running mean (``GATE_EMA_DECAY``) of the pairwise
+                                                       accuracy over mixed groups, before each update
+
+    A PRM that ranks a fresh batch no better than chance (its reference does exactly that: z = 0) gets
+    w = 0, so its process advantage, whose scale the group normalisation fixes at O(1) whatever the PRM
+    knows, cannot drown the outcome; from ``full_at`` on it counts fully. ``full_at`` None: w = 1.
+    """
+    if full_at is None:
+        return 1.0
+    return min(1.0, max(0.0, (float(pairwise_acc) - 0.5) / (float(full_at) - 0.5)))
+
+
 def prime_advantage(
     outcome: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -339,12 +366,14 @@ def prime_advantage(
     index: Any,
     config: Any = None,
     process_rewards: torch.Tensor | None = None,
+    process_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""A[i,t] = (c_o · A^o[i,t] + c_p · A^p[i,t]) · m[i,t], optionally whitened over the batch.
+    r"""A[i,t] = (c_o · A^o[i,t] + w · c_p · A^p[i,t]) · m[i,t], optionally whitened over the batch.
 
     ``outcome(token_level_rewards, m, gid)`` gives A^o, per response (B,) or per token (B, T);
     ``process(r, m, gid) -> (B, T)`` gives A^p. The coefficients c_o, c_p come from
-    ``algorithm.prime.{outcome_coef,process_coef}`` (default 1). Returns (advantages, returns); the
+    ``algorithm.prime.{outcome_coef,process_coef}`` (default 1); w is ``process_scale`` (the trainer's
+    ``process_gate_weight``, default 1). Returns (advantages, returns); the
     returns are the unwhitened advantages, as in veRL's outcome estimators (PRIME has no critic).
     """
     dtype = compute_dtype(token_level_rewards, process_rewards)
@@ -355,7 +384,7 @@ def prime_advantage(
         if outcome_advantage.dim() == 1:
             outcome_advantage = outcome_advantage[:, None]
         outcome_advantage = float(config_value(config, "prime.outcome_coef", 1.0)) * outcome_advantage
-        process_coef = float(config_value(config, "prime.process_coef", 1.0))
+        process_coef = float(config_value(config, "prime.process_coef", 1.0)) * float(process_scale)
         if process_rewards is not None and process_coef != 0.0:
             advantages = process(process_rewards.to(dtype), mask, gid)
             if process_coef != 1.0:
@@ -403,6 +432,7 @@ def compute_prime_grpo_advantage(
     config: Any = None,
     process_rewards: torch.Tensor | None = None,
     norm_adv_by_std_in_grpo: bool | None = None,
+    process_scale: float = 1.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME with GRPO baselines: A = c_o·(R − mean_g R)/(std_g R + ε) + c_p·A^p_group_norm.
@@ -425,6 +455,7 @@ def compute_prime_grpo_advantage(
         index,
         config,
         process_rewards,
+        process_scale,
     )
 
 
@@ -435,6 +466,7 @@ def compute_prime_rloo_advantage(
     index: np.ndarray,
     config: Any = None,
     process_rewards: torch.Tensor | None = None,
+    process_scale: float = 1.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME as in the paper (Eq. 5–6): A = c_o·(R_i − mean_{j≠i} R_j) + c_p·A^p_leave_one_out.
@@ -450,6 +482,7 @@ def compute_prime_rloo_advantage(
         index,
         config,
         process_rewards,
+        process_scale,
     )
 
 
@@ -460,6 +493,7 @@ def compute_prime_composed_advantage(
     index: np.ndarray,
     config: Any = None,
     process_rewards: torch.Tensor | None = None,
+    process_scale: float = 1.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME on top of any registered outcome estimator: A = c_o·A^o_<estimator> + c_p·A^p_<baseline>.
@@ -486,4 +520,5 @@ def compute_prime_composed_advantage(
         index,
         config,
         process_rewards,
+        process_scale,
     )

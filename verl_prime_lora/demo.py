@@ -5,12 +5,13 @@
 1. builds (or reuses) the warm-started tiny Qwen2 and its data (`verl_prime_lora.chain_task`);
 2. runs the real `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` on it — LoRA
    actor, vLLM-CPU rollouts, implicit PRM trained online, `prime_grpo` advantages — printing one
-   line per step (validation accuracy, batch accuracy, reward, PRM accuracies, seconds) while veRL's
+   line per step (validation accuracy, batch accuracy, reward, PRM accuracies, gate, seconds) while veRL's
    full console output goes to `OUT/run/main_ppo.log` and every metric to `OUT/run/metrics.jsonl`;
 3. prints a before/after table and writes `OUT/learning.png`.
 
-Whether the run learns is what the table shows; at the default settings it does not yet (README,
-"The main job"; `benchmarks/learning.py`).
+Whether the run learns is what the table shows: at the defaults validation accuracy rises (about 0.18 →
+0.59 in 30 steps, seed 0) while the PRM does not separate right from wrong answers, so the process gate keeps
+its term out (README, "The main job"; `benchmarks/learning.py`).
 
 Exit code: main_ppo's (non-zero when the run failed, with the tail of its log printed).
 """
@@ -37,6 +38,7 @@ def before_after_table(run: LearningRun) -> str:
         ("critic/score/mean", "batch reward (acc + format)"),
         ("prm/classification_acc", "PRM classification accuracy"),
         ("prm/dpo_acc", "PRM pairwise accuracy (dpo_acc)"),
+        ("prm/process_gate", "weight of the process term (gate)"),
     ):
         rows.append((label, run.series(key)))
     width = max(len(label) for label, _ in rows)
@@ -61,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out.resolve()  # Ray workers do not share our working directory
 
-    print(f"[1/3] warm start: tiny Qwen2 fine-tuned on worked solutions until ~25 % greedy accuracy -> {out / 'assets'}")
+    print(
+        f"[1/3] warm start: tiny Qwen2 fine-tuned on worked solutions, then on a mix where most skip the steps "
+        f"-> {out / 'assets'}"
+    )
     assets = chain_task.write_warm_assets(out / "assets", seed=args.seed)
     print(
         f"[2/3] PRIME ({args.estimator}), {args.steps} steps, validation every {args.test_freq}; "

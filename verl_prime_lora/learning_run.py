@@ -8,7 +8,8 @@ file only. The demo (`python -m verl_prime_lora.demo`, run as written by `tests/
 `benchmarks/learning.py` both run through `run_learning`.
 
 Estimators compared (`ESTIMATORS`): `grpo` (veRL's sync trainer, no PRM), `prime_grpo` (length-free
-process advantage), `prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's).
+process advantage, gated by the PRM's held-out pairwise accuracy as the recipe sets it), `prime_grpo_ungated`
+(the same without the gate), `prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from verl_prime_lora.cpu.launch import run_main_ppo
 ESTIMATORS: dict[str, list[str]] = {
     "grpo": ["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync"],
     "prime_grpo": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_norm=sequence"],
+    "prime_grpo_ungated": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_gate=null"],
     "prime_grpo_token": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_norm=token"],
     "prime_rloo": ["algorithm.adv_estimator=prime_rloo"],
 }
@@ -42,7 +44,7 @@ DEMO_OVERRIDES = [
     "actor_rollout_ref.model.lora_rank=16",
     "actor_rollout_ref.model.lora_alpha=32",
     "actor_rollout_ref.model.target_modules=all-linear",
-    "actor_rollout_ref.actor.optim.lr=5e-4",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
     "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
     "actor_rollout_ref.actor.ppo_mini_batch_size=16",
@@ -119,7 +121,7 @@ def follow_metrics(path: Path, stop: Callable[[], bool], poll_s: float = 1.0) ->
 
 
 def progress_line(run: LearningRun, step: int, total_steps: int) -> str:
-    """`step 12/40 | val acc 0.41 (start 0.28) | batch acc 0.35 | reward 1.21 | PRM acc 0.71 pairs 0.68 | 4.1 s`."""
+    """`step 12/40 | val acc 0.41 (start 0.28) | batch acc 0.35 | reward 1.21 | PRM acc 0.71 | pairs 0.68 | gate 0.00 | s/step 4.1`."""
     data = run.steps[step]
     parts = [f"step {step:>3}/{total_steps}"]
     val = dict(run.val_accuracy())
@@ -131,6 +133,7 @@ def progress_line(run: LearningRun, step: int, total_steps: int) -> str:
         ("critic/score/mean", "reward"),
         ("prm/classification_acc", "PRM acc"),
         ("prm/dpo_acc", "pairs"),
+        ("prm/process_gate", "gate"),
         ("timing_s/step", "s/step"),
     ):
         if data.get(key) is not None:

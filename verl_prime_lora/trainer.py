@@ -46,11 +46,14 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_prime_lora.config_checks import actor_uses_lora, validate_prime_config
 from verl_prime_lora.core_algos import (
+    GATE_EMA_DECAY,
+    ema,
     implicit_process_rewards,
     prm_bce_loss,
     prm_classification_accuracy,
     prm_pairwise_accuracy,
     prm_sequence_logits,
+    process_gate_weight,
 )
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
@@ -152,6 +155,7 @@ class PrimeTrainerMixin:
         self.prm_update_mode = str(config.prime.prm.get("update", "after"))
         self.prm_beta = float(config.prime.prm.beta)
         self.prm_label_key = str(config.prime.prm.get("label_key", "acc"))
+        self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
 
     # -------------------------------------------------------------------------------------------
     # setup and checkpoints
@@ -284,8 +288,18 @@ class PrimeTrainerMixin:
             data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
             metrics.update(is_metrics)
 
+        # the gate reads a running mean: one step holds only a few mixed groups, too few pairs to trust alone
+        self.prm_pairwise_ema = ema(self.prm_pairwise_ema, metrics["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
+        gate = process_gate_weight(self.prm_pairwise_ema, self.config.algorithm.prime.get("process_gate"))
+        metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
+        metrics["prm/process_gate"] = gate
         data.batch["advantages"], data.batch["returns"] = prime_advantages(
-            self.config.algorithm, data.batch["token_level_rewards"], data.batch["response_mask"], uid, process_rewards
+            self.config.algorithm,
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            uid,
+            process_rewards,
+            process_scale=gate,
         )
 
         # 6. write back exactly what veRL's _compute_advantage writes (trainer_base.py:1786-1800)
@@ -313,6 +327,7 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
         "prm/ce_loss": prm_bce_loss(logits_before, labels, mask).item(),
         "prm/classification_acc": prm_classification_accuracy(logits_before, labels, mask).item(),
         "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, mask).item(),
+        "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(logits_before, labels, uid, mask, mixed_only=True).item(),
     }
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
@@ -323,8 +338,8 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
     return process_rewards, metrics
 
 
-def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards):
-    """The estimator named by `algorithm.adv_estimator`, called with the process rewards."""
+def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0):
+    """The estimator named by `algorithm.adv_estimator`, called with the process rewards and the gate's weight."""
     estimator = get_adv_estimator_fn(algorithm_cfg.adv_estimator)
     return estimator(
         token_level_rewards=token_level_rewards,
@@ -332,6 +347,7 @@ def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, pro
         index=uid,
         config=algorithm_cfg,
         process_rewards=process_rewards.to(token_level_rewards.dtype),
+        process_scale=process_scale,
     )
 
 
