@@ -441,8 +441,8 @@ def compute_prime_grpo_advantage(
     the PRM's sequence logits) or, with ``algorithm.prime.process_norm=token``, the seed's
     ``token_norm_process_advantage``. Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword,
     as veRL's ``grpo``), ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef,
-    process_norm, process_std_threshold, epsilon, whiten_advantages}``. Without process rewards it
-    equals veRL's ``grpo``.
+    process_norm, process_std_threshold, epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
+    process gate) multiplies c_p. Without process rewards it equals veRL's ``grpo``.
     """
     epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
     if norm_adv_by_std_in_grpo is None:
@@ -471,8 +471,8 @@ def compute_prime_rloo_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME as in the paper (Eq. 5–6): A = c_o·(R_i − mean_{j≠i} R_j) + c_p·A^p_leave_one_out.
 
-    Knobs: ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, whiten_advantages}``.
-    Without process rewards it equals veRL's ``rloo``.
+    Knobs: ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, whiten_advantages}``;
+    ``process_scale`` (the trainer's process gate) multiplies c_p. Without process rewards it equals veRL's ``rloo``.
     """
     return prime_advantage(
         lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
@@ -501,7 +501,7 @@ def compute_prime_composed_advantage(
     ``algorithm.prime.outcome_estimator`` names any estimator in veRL's registry that needs only
     (token_level_rewards, response_mask, index, config) — e.g. ``grpo``, ``rloo``,
     ``reinforce_plus_plus``, ``grpo_passk`` — and ``algorithm.prime.process_baseline`` is
-    ``group_norm`` (default) or ``leave_one_out``.
+    ``group_norm`` (default) or ``leave_one_out``; ``process_scale`` (the trainer's process gate) multiplies c_p.
     """
     name = config_value(config, "prime.outcome_estimator", "grpo")
     if str(name).startswith("prime"):
