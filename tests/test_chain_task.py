@@ -172,7 +172,10 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
                           stats["response_tokens_max"] + 8)
     assert held_out.greedy_accuracy(model, tokenizer) == stats["greedy_acc"]
 
-    capsys.readouterr()
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft ")]
+    assert len(printed) <= stats["sft_steps"] // ct.PRINT_EVERY + 2  # compact: not one line per check
+    assert f"sft skill step {skill[-1]['step']:5d}" in "\n".join(printed)  # the stop is always shown
+    assert f"sft habit step {habit[-1]['step']:5d}" in "\n".join(printed)
     monkeypatch.setattr(ct, "train_warm_start", lambda *args: pytest.fail("trained again"))
     again = ct.write_warm_assets(out, seed=0, train_size=200, test_size=50)
     assert again["stats"]["reused"]

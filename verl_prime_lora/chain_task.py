@@ -70,6 +70,7 @@ SPLITS = ("sft_eval", "test", "train")  # generated in this order, each avoiding
 TASK_VERSION = 3  # part of the cache key: bump when the data, the model or the training change
 STAMP = ".chain_task.stamp"
 SAMPLES_PER_PROBLEM = 4
+PRINT_EVERY = 100  # SFT steps between printed accuracy checks (every check is kept in warm_start.json)
 NUM_THREADS = 2
 
 
@@ -301,8 +302,9 @@ class HeldOut:
 
 
 class AccuracyStop(TrainerCallback):
-    """Every `every` steps (and at the end), measures greedy accuracy on `held_out` with `compute_score`,
-    prints a line, and stops training once it reaches `target` (never, if None). `checks` keeps them, in order."""
+    """Every `every` steps (and at the end), measures greedy accuracy on `held_out` with `compute_score`
+    and stops training once it reaches `target` (never, if None). `checks` keeps them, in order; a line is
+    printed every `PRINT_EVERY` steps and for the last check of the phase."""
 
     def __init__(self, tokenizer, held_out: HeldOut, target: float | None, every: int, phase: str):
         self.tokenizer, self.held_out, self.target, self.every = tokenizer, held_out, target, every
@@ -315,19 +317,21 @@ class AccuracyStop(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
-            self._check(state, control, model)
+            self._check(state, control, model, last=state.global_step >= args.max_steps)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if not self.checks or self.checks[-1]["step"] != state.global_step:  # ran out of steps between checks
-            self._check(state, control, model)
+            self._check(state, control, model, last=True)
 
-    def _check(self, state, control, model) -> None:
+    def _check(self, state, control, model, last: bool) -> None:
         acc = self.held_out.greedy_accuracy(model, self.tokenizer)
         seconds = time.perf_counter() - self.start
         check = {"phase": self.phase, "step": state.global_step, "seconds": round(seconds, 2), "greedy_acc": acc}
         self.checks.append(check)
-        print(f"sft {self.phase} step {state.global_step:5d}  {seconds:6.1f} s  greedy acc {acc:.3f}", flush=True)
-        if self.target is not None and acc >= self.target:
+        stop = self.target is not None and acc >= self.target
+        if stop or last or state.global_step % PRINT_EVERY == 0:
+            print(f"sft {self.phase} step {state.global_step:5d}  {seconds:6.1f} s  greedy acc {acc:.3f}", flush=True)
+        if stop:
             control.should_training_stop = True
 
 
