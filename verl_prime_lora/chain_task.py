@@ -19,8 +19,9 @@
   a process to credit (the tokens where a response starts to skip, or a step goes wrong);
 - `DIR/data/train.parquet`, `DIR/data/test.parquet`: RL prompts in veRL's RL format (as `tiny.make_problem`
   builds them), `data_source` = `DATA_SOURCE`;
-- `DIR/warm_start.json`: what the warm start measured (greedy and T=1 sampled accuracy, the mixed share,
-  SFT steps and seconds, the seed, response lengths in tokens);
+- `DIR/warm_start.json`: what the warm start measured (greedy and T=1 sampled accuracy, the mixed share, the
+  share of samples that write the steps and the accuracy with and without them, every accuracy check of both
+  phases, SFT steps and seconds, the seed, response lengths in tokens);
 - `DIR/.chain_task.stamp`: the cache key; a rerun with the same arguments finds it and reuses DIR.
 
 The task: a chain of `min_ops`-`max_ops` (default 3-5) single-digit operands (0-9) joined by + and -, such
