@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from wandb_offline import offline_run_file, read_offline_history
 
+from verl_prime_lora.learning_run import is_val_accuracy_key
+
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "run_cpu_demo.sh"
 STEPS = 10
@@ -68,8 +70,7 @@ def test_vllm_validation_starts_where_the_warm_start_measured(demo):
 
 
 def test_prime_raises_validation_accuracy(demo):
-    val = {int(step): data[key] for step, data in demo["steps"].items()
-           for key in data if key.startswith("val-core/") and "/acc/mean@" in key}
+    val = {int(step): data[key] for step, data in demo["steps"].items() for key in data if is_val_accuracy_key(key)}
     assert sorted(val) == [0, 5, 10], val
     assert max(val[5], val[10]) >= val[0] + 0.10, val
 
