@@ -455,6 +455,39 @@ def test_bce_loss_matches_formula_and_skips_empty_rows():
         ca.prm_bce_loss(z, torch.tensor([1.0, -1.0, 0.0, 1.0]), m)
 
 
+def test_balanced_label_weights_by_hand():
+    y = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    m = torch.tensor([[1], [1], [1], [1], [0]])  # last row: empty response (it counts nowhere)
+    # 4 valid rows, 1 right and 3 wrong: right gets 4/(2·1) = 2, each wrong 4/(2·3) = 2/3
+    torch.testing.assert_close(ca.balanced_label_weights(y, m), torch.tensor([2, 2 / 3, 2 / 3, 2 / 3, 0], dtype=torch.float64))
+    one_class = torch.zeros(5, dtype=torch.float64)
+    torch.testing.assert_close(ca.balanced_label_weights(one_class, m), torch.tensor([1, 1, 1, 1, 0], dtype=torch.float64))
+    z = torch.tensor([0.5, -1.0, 2.0, 0.0, 3.0], dtype=torch.float64)
+    w = ca.balanced_label_weights(y, m)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+    expected = (2 * bce[0] + 2 / 3 * (bce[1] + bce[2] + bce[3])) / 4
+    assert ca.prm_bce_loss(z, y, m, weights=w).item() == pytest.approx(expected.item(), rel=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=40))
+def test_balanced_label_weights_give_both_classes_half(rows):
+    y = torch.tensor([float(right) for right, _ in rows], dtype=torch.float64)
+    m = torch.tensor([[int(valid)] for _, valid in rows])
+    w = ca.balanced_label_weights(y, m)
+    valid = m[:, 0].bool()
+    n = int(valid.sum())
+    assert (w[~valid] == 0).all()
+    assert w.sum().item() == pytest.approx(n)  # the weighted mean keeps the plain mean's scale
+    right, wrong = w[valid & (y == 1)].sum().item(), w[valid & (y == 0)].sum().item()
+    if right and wrong:
+        assert right == pytest.approx(wrong)
+        # a shift of every z (what a base rate would ask for) has zero gradient at z = 0
+        z = torch.zeros(len(rows), dtype=torch.float64, requires_grad=True)
+        ca.prm_bce_loss(z, y, m, weights=w).backward()
+        assert z.grad.sum().item() == pytest.approx(0.0, abs=1e-12)
+
+
 def test_bce_gradient_flows_to_prm_log_probs():
     lp = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
     lr = torch.randn(4, 5, dtype=torch.float64)
@@ -549,3 +582,34 @@ def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name
     gated, _ = estimator(rewards, mask, index, config=cfg, process_rewards=process, process_scale=w)
     torch.testing.assert_close(none, outcome_only, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(gated, outcome_only + w * (full - outcome_only), rtol=1e-9, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# group ids from any hashable uids
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index, expected", [
+    (np.array([-5, 3, -5, 10**15, 3]), [0, 1, 0, 2, 1]),  # negative and huge int64 ids
+    (torch.tensor([-1, -1, 7]), [0, 0, 1]),
+    ([2**70, -(2**70), 2**70], [0, 1, 0]),  # Python ints past int64
+    (np.array([2**70, "b", None, "b", 2**70], dtype=object), [0, 1, 2, 1, 0]),  # mixed, unorderable types
+    (np.array(["uid-b", "uid-a", "uid-b"]), [0, 1, 0]),
+    (np.array([], dtype=object), []),
+])
+def test_group_ids_are_dense_for_any_hashable_uids(index, expected):
+    gid = ca.group_ids(index, "cpu")
+    assert gid.dtype == torch.long and gid.tolist() == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys=st.lists(st.integers(-(2**80), 2**80), min_size=3, max_size=3, unique=True),
+       name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]))
+def test_integer_uids_group_as_their_string_form(keys, name):
+    """An estimator gives the same advantages whether the uids are strings or ints of any sign and size."""
+    rewards, mask, index, process = make_batch(3)
+    as_ints = np.array([keys[int(uid.removeprefix("uid-"))] for uid in index], dtype=object)
+    estimator, cfg = get_adv_estimator_fn(name), algo_config()
+    expected, _ = estimator(rewards, mask, index, config=cfg, process_rewards=process)
+    got, _ = estimator(rewards, mask, as_ints, config=cfg, process_rewards=process)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -1,11 +1,15 @@
 """The example scripts: valid bash, and every seed override they pass composes with the recipe they
 select (a misspelt key would otherwise only fail on a GPU machine, minutes into start-up)."""
 
+import inspect
 import subprocess
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from test_recipe_config import compose_ppo
+
+from verl_prime_lora.reward import compute_score
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -34,3 +38,40 @@ def test_baseline_overrides_compose_without_prm():
     cfg = compose_ppo("+recipe=prime_lora", *seed_overrides("SEED_ARGS"), "algorithm.adv_estimator=grpo",
                       "trainer.v1.trainer_mode=separate_async")
     assert (cfg.algorithm.adv_estimator, cfg.trainer.v1.trainer_mode) == ("grpo", "separate_async")
+
+
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
+# Keys of the seed overrides that name this machine's files, this run's length, its checkpoint and
+# validation cadence, or its logging: the recipe leaves them to the command line.
+RUN_SPECIFIC = {
+    "data.train_files",
+    "data.val_files",
+    "actor_rollout_ref.model.path",
+    "trainer.total_training_steps",
+    "trainer.save_freq",
+    "trainer.test_freq",
+    "trainer.logger",
+    "trainer.project_name",
+}
+
+
+@pytest.mark.parametrize("recipe", ["prime_lora", "prime_lora_colocated"])
+def test_recipe_alone_carries_every_seed_value(recipe):
+    """`+recipe=…` without the scripts' overrides is the seed run: each seed value agrees with the recipe's."""
+    overrides = seed_overrides("SEED_ARGS", "PRM_ARGS")
+    plain, seeded = compose_ppo(f"+recipe={recipe}"), compose_ppo(f"+recipe={recipe}", *overrides)
+    checked = 0
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+")
+        if key in RUN_SPECIFIC:
+            continue
+        seed_value = OmegaConf.select(seeded, key)
+        if key.startswith(REWARD_KWARGS):  # the recipe leaves these to compute_score's defaults
+            recipe_value = inspect.signature(compute_score).parameters[key.removeprefix(REWARD_KWARGS)].default
+        else:
+            recipe_value = OmegaConf.select(plain, key)
+        assert recipe_value == seed_value, (
+            f"{key}: recipe/{recipe}.yaml gives {recipe_value!r}, examples/seed_overrides.sh {seed_value!r}"
+        )
+        checked += 1
+    assert checked >= 25  # the guard against a parser that silently reads no override

@@ -6,25 +6,32 @@ import json
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl_prime_lora.export_adapter import export, main
 from verl_prime_lora.tiny import write_assets
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny LoRA model saved the way veRL's FSDP checkpoint manager lays out global_step_N/actor
-    (shards, fsdp_config.json, huggingface/ config + tokenizer, lora_train_meta.json)."""
-    root = tmp_path_factory.mktemp("ckpt")
+def write_checkpoint(root, update_size=None):
+    """A tiny float32 LoRA model saved the way veRL's FSDP checkpoint manager lays out global_step_N/actor
+    (shards, fsdp_config.json, huggingface/ config + tokenizer, lora_train_meta.json). `update_size`:
+    scale lora_B so that the largest |ΔW| of the adapter is about that. Returns (checkpoint, base path,
+    tokens, the trained model's logits on them, the trained model)."""
     paths = write_assets(root / "tiny", train_size=4, test_size=2)
     torch.manual_seed(0)
     config = LoraConfig(r=8, lora_alpha=32, lora_dropout=0.05, init_lora_weights=False,
                         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(paths["model"]), config).eval()
-    with torch.no_grad():  # veRL's merger stores weights in bf16: make the adapter exactly representable
-        for name, param in model.named_parameters():
-            if "lora_" in name:
+    with torch.no_grad():
+        if update_size is not None:
+            q_proj = model.base_model.model.model.layers[0].self_attn.q_proj
+            scale = update_size / q_proj.get_delta_weight("default").abs().max()
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.mul_(scale)
+        for name, param in model.named_parameters():  # veRL's merger stores weights in bf16:
+            if "lora_" in name:  # make the adapter exactly representable
                 param.copy_(param.bfloat16().float())
     actor = root / "global_step_3" / "actor"
     (actor / "huggingface").mkdir(parents=True)
@@ -37,7 +44,12 @@ def trained(tmp_path_factory):
     tokens = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(tokens).logits
-    return root / "global_step_3", paths["model"], tokens, logits
+    return root / "global_step_3", paths["model"], tokens, logits, model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt"))[:4]
 
 
 def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
@@ -64,3 +76,30 @@ def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
 def test_not_a_checkpoint_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a veRL FSDP actor checkpoint"):
         main([str(tmp_path), "--out", str(tmp_path / "o")])
+
+
+def test_merged_keeps_the_float32_base_so_an_update_below_bf16_resolution_survives(tmp_path):
+    """Without --base_model the merged weights are float32 (the actor's dtype), not the merger's bf16: a
+    ~3e-6 update (bf16's step at these weights is ~1e-4) is in them, on top of the bf16-rounded base."""
+    checkpoint, base_path, _, _, model = write_checkpoint(tmp_path / "ckpt", update_size=3e-6)
+    q_proj = model.base_model.model.model.layers[0].self_attn.q_proj
+    base_weight, update = q_proj.base_layer.weight.detach().clone(), q_proj.get_delta_weight("default").detach()
+    assert ((base_weight + update).bfloat16() == base_weight.bfloat16()).float().mean() > 0.9  # bf16 loses it
+
+    paths = export(checkpoint, tmp_path / "out", merged=True)
+    weights = load_file(paths["merged"] / "model.safetensors")
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    assert json.loads((paths["merged"] / "config.json").read_text())["dtype"] == "float32"
+    merged_update = weights["model.layers.0.self_attn.q_proj.weight"] - base_weight.bfloat16().float()
+    torch.testing.assert_close(merged_update, update, rtol=0, atol=2e-8)
+
+    main([str(checkpoint), "--out", str(tmp_path / "out_bf16"), "--merged", "--dtype", "bfloat16"])
+    weights = load_file(tmp_path / "out_bf16" / "merged" / "model.safetensors")
+    assert {w.dtype for w in weights.values()} == {torch.bfloat16}
+
+
+def test_help_says_which_dtype_merged_weights_get(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--dtype {float32,bfloat16,float16}" in help_text and "in the base's dtype" in help_text

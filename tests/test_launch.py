@@ -3,11 +3,12 @@ session, so nothing else would stop Ray's and vLLM's processes)."""
 
 import os
 import signal
+import sys
 import threading
 
 import pytest
 
-from verl_prime_lora.cpu.launch import _sigterm_unwinds
+from verl_prime_lora.cpu.launch import TIMEOUT_EXIT_CODE, _sigterm_unwinds, run_main_ppo
 
 
 def test_sigterm_unwinds_in_the_main_thread_and_restores_the_handler():
@@ -35,3 +36,17 @@ def test_sigterm_unwinds_is_a_no_op_off_the_main_thread():
 def _enter_and_read_handler():
     with _sigterm_unwinds():
         return signal.getsignal(signal.SIGTERM)
+
+
+def test_timeout_is_reported_on_the_console_and_in_the_log(tmp_path, monkeypatch, capsys):
+    """A run past --timeout: the launcher says so on stderr (not only in the log file), without --echo too."""
+    hanging = tmp_path / "hanging-python"
+    hanging.write_text("#!/bin/sh\necho started\nexec sleep 60\n")  # stands in for `python -m verl...main_ppo`
+    hanging.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(hanging))
+    log = tmp_path / "run.log"
+    assert run_main_ppo([], log, timeout_s=1.0) == TIMEOUT_EXIT_CODE
+    console = capsys.readouterr()
+    assert "[launch] timeout after 1 s: killing the run" in console.err
+    assert "started" not in console.out  # the run's own output stays in the log without echo
+    assert "started" in log.read_text() and "[launch] timeout after 1 s" in log.read_text()

@@ -24,6 +24,7 @@ from verl_prime_lora.core_algos import prm_bce_loss
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
+    PRM_WEIGHT_FIELD,
     build_prm_worker_config,
     labels_from_extra_fields,
     nested_rows,
@@ -85,6 +86,7 @@ def test_plain_verl_configs_are_left_alone():
         (["prime.prm.update=reverse"], "prime.prm.update"),
         (["prime.prm.reference=sft"], "prime.prm.reference"),
         (["prime.prm.label_key=format"], "prime.prm.label_key"),
+        (["prime.prm.balance_labels=sometimes"], "prime.prm.balance_labels"),
         (["prime.prm.mini_batch_size=3"], "prime.prm.mini_batch_size"),
         (["prime.prm.beta=0"], "prime.prm.beta"),
         (["algorithm.prime.process_gate=0.5"], "algorithm.prime.process_gate"),
@@ -238,7 +240,7 @@ def _nested(rows):
     return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
 
-def _micro_batch(beta=0.05):
+def _micro_batch(beta=0.05, weights=(1.0, 1.0, 1.0)):
     torch.manual_seed(0)
     prompt_lens, resp_lens = [2, 3, 2], [3, 2, 1]
     resp_mask = [torch.ones(3), torch.ones(2), torch.zeros(1)]  # row 2 = a veRL padding row
@@ -252,6 +254,7 @@ def _micro_batch(beta=0.05):
             "response_mask": _nested(resp_mask),
             PRM_REF_FIELD: _nested(ref),
             PRM_LABEL_FIELD: nested_rows(labels, resp_lens),
+            PRM_WEIGHT_FIELD: nested_rows(torch.tensor(weights), resp_lens),
             "global_batch_size": NonTensorData(4),
             "dp_size": NonTensorData(2),
         },
@@ -280,6 +283,14 @@ def test_prm_loss_matches_the_bce_of_core_algos_with_global_normalisation():
     loss.backward()
     assert seq_lp[0].grad is not None and seq_lp[0].grad.abs().sum() > 0
     assert seq_lp[2].grad is None or seq_lp[2].grad.abs().sum() == 0  # padding row gets no gradient
+
+
+def test_prm_loss_weights_each_row_by_its_label_weight():
+    beta = 0.05
+    model_output, data, _, logits, labels = _micro_batch(beta, weights=(1.5, 0.5, 0.0))
+    loss, _ = prm_loss(model_output, data, beta=beta)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits[:2].detach(), labels[:2], reduction="none")
+    assert loss.item() == pytest.approx((1.5 * bce[0] + 0.5 * bce[1]).item() * 2 / 4, rel=1e-6)
 
 
 def test_prm_label_column_is_never_the_format_reward():
@@ -403,20 +414,22 @@ def _step_tensors(seed=0):
 @pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo"])
 def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     
-    prm, ref, mask, labels, uid, scores = _step_tensors()
+    prm, ref, mask, labels, uid, scores = _step_tensors()  # prm, ref: independent seeded random log-probs
     algo = OmegaConf.create({"adv_estimator": estimator, "gamma": 1.0, "norm_adv_by_std_in_grpo": True,
                              "prime": {"process_std_threshold": 0.0}})
-    r, metrics = prm_rewards_and_metrics(prm, ref, ref * 0 + ref, mask, labels, np.array(uid, dtype=object), 0.05)
+    r, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
     assert all(math.isfinite(v) for v in metrics.values())
     assert torch.all(r[5] == 0)
+    assert torch.all(r[mask.bool()] != 0)  # a process part on every valid token: the check below covers it
     adv, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r)
     assert torch.all(adv[5] == 0)
 
     perm = [4, 2, 5, 0, 3, 1]  # veRL's _balance_batch reorders rows
-    r_p, _ = prm_rewards_and_metrics(prm[perm], ref[perm], ref[perm], mask[perm], labels[perm],
-                                     np.array([uid[i] for i in perm], dtype=object), 0.05)
+    r_p, metrics_p = prm_rewards_and_metrics(prm[perm], prm[perm], ref[perm], mask[perm], labels[perm],
+                                             np.array([uid[i] for i in perm], dtype=object), 0.05)
     adv_p, _ = prime_advantages(algo, scores[perm], mask[perm], np.array([uid[i] for i in perm], dtype=object), r_p)
     assert torch.allclose(adv_p, adv[perm], atol=1e-6)
+    assert metrics_p == pytest.approx(metrics)  # labels travel with their rows
 
     # the gate's weight reaches the estimator: 0 gives the outcome-only advantage
     r_prm, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)

@@ -1,7 +1,11 @@
 """The `+recipe=prime_lora` config group: it resolves (Hydra would otherwise silently run plain PPO),
 carries the seed recipe, and command-line overrides still win."""
 
+import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,7 +70,36 @@ def test_failed_registration_is_loud(monkeypatch, caplog):
     assert any(r.levelno == logging.ERROR and "no_such_module_xyz" in r.getMessage() for r in caplog.records)
 
 
-def test_plugin_registered_the_estimators_at_import_verl():
-    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+# Run in a fresh interpreter that imports `verl` and never `verl_prime_lora`: everything it finds registered
+# comes from veRL loading our `verl.plugins` entry point.
+IMPORT_VERL_ONLY = f"""
+import json, sys
+import verl
+plugin_loaded = "verl_prime_lora.verl_plugin" in sys.modules
+from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+with initialize_config_dir(config_dir={VERL_CONFIG_DIR!r}, version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=["+recipe=prime_lora"])
+print(json.dumps({{
+    "plugin_loaded": plugin_loaded,
+    "estimators": sorted(ADV_ESTIMATOR_REGISTRY),
+    "trainers": sorted(TRAINER_REGISTRY),
+    "recipe_adv_estimator": cfg.algorithm.adv_estimator,
+    "stray_recipe_key": "recipe" in cfg,
+}}))
+"""
 
-    assert {"prime_grpo", "prime_rloo", "prime"} <= set(ADV_ESTIMATOR_REGISTRY)
+
+def test_import_verl_alone_registers_the_plugin(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}  # veRL's default: "auto"
+    run = subprocess.run([sys.executable, "-c", IMPORT_VERL_ONLY], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    hint = f"`import verl` did not register verl-prime-lora through its `verl.plugins` entry point: {found}"
+    assert found["plugin_loaded"], hint
+    assert {"prime_grpo", "prime_rloo", "prime"} <= set(found["estimators"]), hint
+    assert {"prime_sync", "prime_separate_async"} <= set(found["trainers"]), hint
+    # the Hydra search path: without it `+recipe=prime_lora` becomes a stray key and plain PPO runs
+    assert found["recipe_adv_estimator"] == "prime_grpo" and not found["stray_recipe_key"], hint

@@ -132,11 +132,13 @@ def test_last_boxed_matches_a_naive_reference(text):
     assert last_boxed(text) == naive_last_boxed(text)
 
 
-def test_degenerate_response_is_cheap():
-    response = think("\\boxed{4} then " + "\\boxed{" * 20_000)  # repetition, as RL policies produce
-    start = time.monotonic()
-    assert score(response, "4")["reason"] == CORRECT
-    assert time.monotonic() - start < 2.0
+def test_degenerate_response_with_thousands_of_unclosed_boxes():
+    # Repetition, as RL policies produce. A fixed-size input, no timing: last_boxed is one linear pass;
+    # a backtracking or quadratic scan would not finish on it.
+    response = think("\\boxed{4} then " + "\\boxed{" * 20_000)
+    assert last_boxed(response) == "4"
+    result = score(response, "4")
+    assert (result["reason"], result["pred"], result["acc"]) == (CORRECT, "4", 1.0)
 
 
 def test_pred_is_the_extracted_answer_for_majority_voting():
@@ -170,6 +172,11 @@ FORMAT_CASES = [
 @pytest.mark.parametrize("response,expected", FORMAT_CASES)
 def test_format_reward(response, expected):
     assert format_reward(response) == expected
+
+
+@pytest.mark.parametrize("response,expected", FORMAT_CASES + [(None, 0.0)])
+def test_score_reports_the_format_of_the_response(response, expected):
+    assert score(response, "1")["format"] == expected
 
 
 def test_unformatted_correct_answer_gets_accuracy_only():
@@ -388,7 +395,6 @@ def test_result_invariants(response, ground_truth, acc_w, fmt_w):
     assert result["reason"] in REASONS
     assert result["acc"] in (0.0, 1.0) and result["format"] in (0.0, 1.0)
     assert result["acc"] == float(result["reason"] == CORRECT)
-    assert result["format"] == format_reward(response or "")
     expected = acc_w * result["acc"] + fmt_w * result["format"] if result["reason"] in (CORRECT, WRONG) else 0.0
     assert result["score"] == pytest.approx(expected)
     assert 0.0 <= result["score"] <= acc_w + fmt_w
@@ -412,7 +418,7 @@ def test_fractions_are_compared_by_value(p, q, r, s):
 def test_reward_extra_info_reads_what_transfer_queue_returns():
     from tensordict import NonTensorData
 
-    from verl_prime_lora.reward import reward_extra_info
+    from verl_prime_lora.reward_info import reward_extra_info
 
     info = {"acc": 1.0, "format": 0.0}
     assert reward_extra_info({"reward_extra_info": info}) == info

@@ -158,6 +158,9 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             f"is {label_key!r}; the PRM label must be the 0/1 outcome accuracy (`acc`), never the "
             "format reward or the combined score.",
         )
+    balance = _get(config, "prime.prm.balance_labels", False)
+    if not isinstance(balance, bool):
+        _fail("prime.prm.balance_labels", f"is {balance!r}; true (right and wrong weigh the same) or false.")
     actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
     prm_mini = int(_get(config, "prime.prm.mini_batch_size", actor_mini) or actor_mini)
     if prm_mini <= 0 or actor_mini % prm_mini != 0:
@@ -180,7 +183,16 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             "a number in (0.5, 1], or null for no gate.",
         )
 
-    # 6. same tokenizer for PRM and policy
+    # 6. the stop on failed rollouts (verl_prime_lora.reward_failures)
+    ratio = _get(config, "prime.max_failed_rollout_ratio", 0.0)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) <= 1.0:
+        _fail(
+            "prime.max_failed_rollout_ratio",
+            f"is {ratio!r}; the largest share of a step's rollouts that may fail in the reward function or be "
+            "dropped before training: a number in [0, 1] (0: stop at the first; 1: never stop).",
+        )
+
+    # 7. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
 

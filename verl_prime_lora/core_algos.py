@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
-from verl.utils.groupwise import as_torch_index
-from verl.utils.torch_functional import masked_whiten
+
+# veRL's, bound at first call: importing this module does not import veRL (see verl_bindings).
+from verl_prime_lora.verl_bindings import get_adv_estimator_fn, masked_whiten, register_adv_est
 
 DEFAULT_EPSILON = 1e-6  # as veRL's grpo
 DEFAULT_PROCESS_STD_THRESHOLD = 1e-2  # the seed's value; compared with std_g(z) (sequence) or std_g(r̄) (token)
@@ -41,8 +41,15 @@ def compute_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
 
 
 def group_ids(index: Any, device: torch.device | str) -> torch.Tensor:
-    """Contiguous group ids 0..G-1 (long) from any labels (uid strings, ints, tensors)."""
-    return as_torch_index(index, device=device)
+    """Dense group ids 0..G-1 (long, on ``device``), numbered in order of first appearance.
+
+    ``index`` holds one hashable label per row — uid strings, ints of any size or sign, anything in a
+    numpy (object) array, a list or a tensor; equal labels share an id. A dict lookup per row, so
+    neither the labels' values nor their types bound the ids.
+    """
+    labels = index.reshape(-1).tolist() if isinstance(index, (np.ndarray, torch.Tensor)) else list(index)
+    ids: dict[Any, int] = {}
+    return torch.tensor([ids.setdefault(label, len(ids)) for label in labels], dtype=torch.long, device=device)
 
 
 def group_sum(values: torch.Tensor, gid: torch.Tensor, num_groups: int) -> torch.Tensor:
@@ -115,20 +122,49 @@ def _check_labels(labels: torch.Tensor) -> None:
         )
 
 
+def balanced_label_weights(labels: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    r"""Per-row PRM loss weights that give right and wrong responses the same total weight.
+
+    Over the n valid rows, n₁ = Σ acc_i and n₀ = n − n₁:
+        w_i = acc_i · n/(2n₁) + (1 − acc_i) · n/(2n₀),   0 on rows with an empty response,
+    so Σ_i w_i = n (the weighted mean BCE keeps the plain one's scale), and w_i = 1 when a class is
+    absent. Why: with plain BCE the first thing a PRM learns is the batch's base rate, σ(z) ≈ n₁/n,
+    and the implicit PRM can only express that rate by lowering (or raising) the log-probs of every
+    token: z then follows the response length rather than its correctness. Balanced, the gradients
+    on tokens shared by right and wrong responses cancel in expectation.
+    """
+    dtype = compute_dtype(labels)
+    labels = labels.to(dtype)
+    valid = _valid_rows(response_mask).to(dtype)
+    n = valid.sum()
+    n_right = (labels * valid).sum()
+    n_wrong = n - n_right
+    if n_right <= 0 or n_wrong <= 0:
+        return valid
+    return (labels * n / (2 * n_right) + (1 - labels) * n / (2 * n_wrong)) * valid
+
+
 def prm_bce_loss(
-    seq_logits: torch.Tensor, labels: torch.Tensor, response_mask: torch.Tensor, reduction: str = "mean"
+    seq_logits: torch.Tensor,
+    labels: torch.Tensor,
+    response_mask: torch.Tensor,
+    reduction: str = "mean",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    r"""PRM cross-entropy ℓ_i = BCEWithLogits(z_i, acc_i) = −[acc_i log σ(z_i) + (1−acc_i) log(1−σ(z_i))].
+    r"""PRM cross-entropy ℓ_i = w_i · BCEWithLogits(z_i, acc_i) = −w_i [acc_i log σ(z_i) + (1−acc_i) log(1−σ(z_i))].
 
     The logits form is exact where σ saturates (no log(0) clamping). Rows with an empty response are
-    excluded. ``reduction="mean"``: mean over valid rows (0 if none); ``"sum"``: sum over valid rows,
-    for callers that normalise by a global batch size themselves.
+    excluded. ``weights``: w_i per row (1 if None; see `balanced_label_weights`). ``reduction="mean"``:
+    mean over valid rows (0 if none); ``"sum"``: sum over valid rows, for callers that normalise by a
+    global batch size themselves.
     """
     dtype = compute_dtype(seq_logits)
     labels = labels.to(dtype)
     _check_labels(labels)
     valid = _valid_rows(response_mask).to(dtype)
     per_row = F.binary_cross_entropy_with_logits(seq_logits.to(dtype), labels, reduction="none") * valid
+    if weights is not None:
+        per_row = per_row * weights.to(dtype)
     if reduction == "sum":
         return per_row.sum()
     if reduction == "mean":

@@ -52,6 +52,7 @@ DEMO_OVERRIDES = [
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64",
     "prime.prm.optim.lr=5e-4",
+    "prime.prm.balance_labels=true",  # 13 % of the warm start's samples are right: keep the base rate out of z
     "prime.prm.micro_batch_size_per_gpu=64",
     "prime.prm.infer_micro_batch_size_per_gpu=64",
     "trainer.val_before_train=true",

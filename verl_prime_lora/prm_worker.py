@@ -30,13 +30,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 
 from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
-from verl_prime_lora.reward import reward_extra_info
+from verl_prime_lora.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
 
 # TransferQueue fields written by the PRIME trainer for the PRM (per response token, nested).
 PRM_REF_FIELD = "prm_ref_log_prob"  # reference log-probs at temperature 1
 PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the response tokens
+PRM_WEIGHT_FIELD = "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
 PRM_TEMPERATURE = 1.0
 
 
@@ -48,7 +49,7 @@ PRM_TEMPERATURE = 1.0
 def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float):
     """PRM cross-entropy for one micro-batch, normalised over the global mini-batch.
 
-    ℓ = Σ_{valid rows i in micro-batch} BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
+    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
     gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
     the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py:147-162).
     `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
@@ -57,15 +58,16 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
     from verl.workers.utils.padding import no_padding_2_padding
 
     log_prob = no_padding_2_padding(model_output["log_probs"], data)  # (b, T), keeps the graph
-    padded = data.select("response_mask", PRM_REF_FIELD, PRM_LABEL_FIELD).to_padded_tensor()
+    padded = data.select("response_mask", PRM_REF_FIELD, PRM_LABEL_FIELD, PRM_WEIGHT_FIELD).to_padded_tensor()
     mask = padded["response_mask"].to(log_prob.device)
     ref = padded[PRM_REF_FIELD].to(log_prob.device)
     labels = padded[PRM_LABEL_FIELD][:, 0].to(log_prob.device)
+    weights = padded[PRM_WEIGHT_FIELD][:, 0].to(log_prob.device)
     width = min(log_prob.shape[-1], mask.shape[-1])
     log_prob, ref, mask = log_prob[:, :width], ref[:, :width], mask[:, :width]
 
     seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta)
-    loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum")
+    loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum", weights=weights)
     global_batch_size = data["global_batch_size"] if "global_batch_size" in data.keys() else None
     dp_size = data["dp_size"] if "dp_size" in data.keys() else 1
     if global_batch_size:
@@ -270,11 +272,12 @@ class ImplicitPRM:
         self.wg.load_checkpoint(local_path, del_local_after_load=del_local_after_load)
 
 
-def labels_from_extra_fields(extra_fields: list[Any], is_padding: list[bool], label_key: str) -> torch.Tensor:
-    """The PRM label per row: `reward_extra_info[label_key]` (the 0/1 accuracy), 0 on padding rows."""
+def labels_from_extra_fields(extra_fields: list[Any], unlabelled: list[bool], label_key: str) -> torch.Tensor:
+    """The PRM label per row: `reward_extra_info[label_key]` (the 0/1 accuracy), 0 on `unlabelled` rows
+    (veRL's padding rows, and rows whose reward function failed: their weight in the PRM loss is 0)."""
     labels = []
-    for i, (fields, pad) in enumerate(zip(extra_fields, is_padding, strict=True)):
-        if pad:
+    for i, (fields, skip) in enumerate(zip(extra_fields, unlabelled, strict=True)):
+        if skip:
             labels.append(0.0)
             continue
         info = reward_extra_info(fields)
@@ -286,6 +289,11 @@ def labels_from_extra_fields(extra_fields: list[Any], is_padding: list[bool], la
             )
         labels.append(float(info[label_key]))
     return torch.tensor(labels, dtype=torch.float32)
+
+
+def labelled_rows(lengths: list[int], unlabelled: list[bool]) -> torch.Tensor:
+    """(B,) 1.0 for the rows the PRM trains on and is measured on (a response and a label), else 0.0."""
+    return torch.tensor([float(n > 0 and not skip) for n, skip in zip(lengths, unlabelled, strict=True)])
 
 
 def nested_rows(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:

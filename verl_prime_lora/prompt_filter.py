@@ -22,6 +22,9 @@ policy. `accuracy_band_replay_buffer` picks the one that matches the trainer. Tu
 
 Metrics per step, under ``training/prompt_filter/``:
 ``kept_ratio`` (kept / judged groups), ``evicted_low``, ``evicted_high``, ``evicted_truncated``.
+A group in which the reward function failed on a response (``reward_failed``, see
+`verl_prime_lora.reward_failures`) is not judged and never evicted: the trainer counts it and applies
+``prime.max_failed_rollout_ratio``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from typing import Any
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from verl_prime_lora.reward import reward_extra_info
+from verl_prime_lora.reward_failures import FAILED_KEY
+from verl_prime_lora.reward_info import reward_extra_info
 
 METRIC_PREFIX = "training/prompt_filter"
 
@@ -113,15 +117,20 @@ class AccuracyBandFilterMixin:
             del cache[uid]
         new_uids = finished - cache.keys()
         keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in new_uids]
-        accs, lengths = defaultdict(list), defaultdict(list)
+        accs, lengths, reward_failed = defaultdict(list), defaultdict(list), set()
         if keys:
             extra = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
             for key, fields in zip(keys, list(extra["extra_fields"]), strict=True):
                 uid = key.split("_")[0]
+                if reward_extra_info(fields).get(FAILED_KEY):
+                    reward_failed.add(uid)
+                    continue
                 accs[uid].append(_accuracy(fields, self.accuracy_key))
                 lengths[uid].append(int(self.partitions[partition_id][key].get("response_len", 0)))
         for uid in new_uids:
-            if not accs[uid]:  # a failed group without trajectories: veRL's own failure handling decides
+            # kept unjudged: a failed group without trajectories (veRL's own failure handling decides), and a
+            # group with a failed reward, which the PRIME trainer must see to count it (verl_prime_lora.reward_failures)
+            if not accs[uid] or uid in reward_failed:
                 cache[uid] = None
                 continue
             reason = self.band.reason(accs[uid], lengths[uid])

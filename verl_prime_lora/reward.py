@@ -117,14 +117,6 @@ def compute_score(
     return {"score": float(score), "acc": acc, "format": fmt, "pred": pred[:_PRED_MAX_CHARS], "reason": reason}
 
 
-def reward_extra_info(extra_fields) -> dict:
-    """The ``reward_extra_info`` dict (this function's result for one row) inside a trajectory's veRL
-    ``extra_fields`` as TransferQueue returns them (a dict, or NonTensorData wrapping one); {} if absent."""
-    fields = getattr(extra_fields, "data", extra_fields)
-    info = fields.get("reward_extra_info") if isinstance(fields, dict) else None
-    return info if isinstance(info, dict) else {}
-
-
 def format_reward(response: str) -> float:
     """1.0 iff the response is exactly one think block followed by an answer, else 0.0.
 

@@ -47,6 +47,7 @@ from verl.workers.utils.padding import response_to_nested
 from verl_prime_lora.config_checks import actor_uses_lora, validate_prime_config
 from verl_prime_lora.core_algos import (
     GATE_EMA_DECAY,
+    balanced_label_weights,
     ema,
     implicit_process_rewards,
     prm_bce_loss,
@@ -59,7 +60,9 @@ from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
     PRM_TEMPERATURE,
+    PRM_WEIGHT_FIELD,
     ImplicitPRM,
+    labelled_rows,
     labels_from_extra_fields,
     log_prob_meta,
     nested_rows,
@@ -67,9 +70,9 @@ from verl_prime_lora.prm_worker import (
     prm_is_lora,
     read_response_log_probs,
 )
+from verl_prime_lora.reward_failures import account_rollouts, max_failed_rollout_ratio
 
 logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 # Where the PRM's reference log-probs come from (chosen once, logged, see `reference_source`).
 REF_PRM_ADAPTER_OFF = "prm_adapter_off"  # LoRA PRM, adapter disabled: its initial weights, no copy
@@ -155,6 +158,8 @@ class PrimeTrainerMixin:
         self.prm_update_mode = str(config.prime.prm.get("update", "after"))
         self.prm_beta = float(config.prime.prm.beta)
         self.prm_label_key = str(config.prime.prm.get("label_key", "acc"))
+        self.prm_balance_labels = bool(config.prime.prm.get("balance_labels", False))
+        self.max_failed_rollout_ratio = max_failed_rollout_ratio(config)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
 
     # -------------------------------------------------------------------------------------------
@@ -239,13 +244,24 @@ class PrimeTrainerMixin:
             ref_lp = self._prm_reference_log_probs(batch)
         info = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"])
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        labels = labels_from_extra_fields(list(info["extra_fields"]), is_padding, self.prm_label_key)
+        extra_fields = list(info["extra_fields"])
+        # failed and dropped rollouts: metrics, and the stop above prime.max_failed_rollout_ratio (reward_failures)
+        expected_prompts = self.config.data.train_batch_size // self.parameter_sync_step
+        account = account_rollouts(batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts)
+        metrics.update(account.metrics())
+        account.check(self.max_failed_rollout_ratio, self.global_steps)
+        # a row whose reward failed has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
+        unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows, strict=True)]
+        labels = labels_from_extra_fields(extra_fields, unlabelled, self.prm_label_key)
         lengths = info["response_mask"].offsets().diff().tolist()
-        tq.kv_batch_put(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            fields=TensorDict({PRM_REF_FIELD: ref_lp, PRM_LABEL_FIELD: nested_rows(labels, lengths)}, batch_size=len(batch)),
-        )
+        responded = labelled_rows(lengths, unlabelled)[:, None]
+        weights = balanced_label_weights(labels, responded) if self.prm_balance_labels else responded[:, 0]
+        prm_fields = {
+            PRM_REF_FIELD: ref_lp,
+            PRM_LABEL_FIELD: nested_rows(labels, lengths),
+            PRM_WEIGHT_FIELD: nested_rows(weights, lengths),
+        }
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(prm_fields, batch_size=len(batch)))
 
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -270,7 +286,7 @@ class PrimeTrainerMixin:
 
         # 4. token process rewards r = β·(log π_φ − log π_ref)·m, and the PRM metrics
         process_rewards, prm_metrics = prm_rewards_and_metrics(
-            prm_before, prm_used, ref_pad, mask, labels, uid, self.prm_beta, update_metrics
+            prm_before, prm_used, ref_pad, mask, labels, uid, self.prm_beta, update_metrics, labelled=responded[:, 0]
         )
         metrics.update(prm_metrics)
 
@@ -314,27 +330,30 @@ class PrimeTrainerMixin:
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
 
 
-def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None):
+def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None):
     """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
 
     `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
     `dpo_acc_before` are measured on them); `prm_used`: the ones the rewards come from (after the
     update in `before` mode, the same tensor otherwise). All (B, T) padded; rows with an empty mask
     (veRL's padding rows) count nowhere; groups are the `uid`s, whatever the row order.
+    `labelled` (B,): 0 for rows without a PRM label (their reward failed): they get process rewards
+    but count in no metric.
     """
-    logits_before = prm_sequence_logits(prm_before, ref, mask, beta)
+    label_mask = mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
+    logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta)
     metrics = {
-        "prm/ce_loss": prm_bce_loss(logits_before, labels, mask).item(),
-        "prm/classification_acc": prm_classification_accuracy(logits_before, labels, mask).item(),
-        "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, mask).item(),
-        "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(logits_before, labels, uid, mask, mixed_only=True).item(),
+        "prm/ce_loss": prm_bce_loss(logits_before, labels, label_mask).item(),
+        "prm/classification_acc": prm_classification_accuracy(logits_before, labels, label_mask).item(),
+        "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, label_mask).item(),
+        "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(logits_before, labels, uid, label_mask, mixed_only=True).item(),
     }
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
         metrics[f"prm/{name}"] = value
     process_rewards = implicit_process_rewards(prm_used, ref, mask, beta)
-    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(process_rewards.sum(-1), labels, uid, mask).item()
-    metrics.update(process_reward_stats(process_rewards, mask, labels))
+    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(process_rewards.sum(-1), labels, uid, label_mask).item()
+    metrics.update(process_reward_stats(process_rewards, label_mask, labels))
     return process_rewards, metrics
 
 

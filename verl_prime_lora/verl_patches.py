@@ -1,13 +1,14 @@
 """Every monkeypatch of veRL that PRIME needs (the CPU platform keeps its own in `cpu/patches.py`).
 
-veRL 0.9.1 offers no hook for these three things, so each is a thin wrapper around one veRL function,
+veRL 0.9.1 offers no hook for these four things, so each is a thin wrapper around one veRL function,
 applied once per process at `import verl` (this module is listed in `verl_plugin.REGISTERING_MODULES`),
 idempotent, and a no-op for configs that do not ask for it.
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
-   The wrapper runs `config_checks.validate_prime_config` first, so a bad PRIME config fails in
-   seconds with a message naming the key, instead of minutes later inside a Ray actor. It works
+   The wrapper runs `config_checks.validate_prime_config` first, then `input_checks.check_inputs`
+   (files, model folders, a reward dry run, the device layout), so a bad PRIME config or input fails
+   in seconds with a message naming the key, instead of minutes later inside a Ray actor. It works
    because `python -m verl.trainer.main_ppo` executes `from verl.utils.config import validate_config`
    (main_ppo.py:24) after `import verl` has loaded the plugins.
 
@@ -25,6 +26,14 @@ idempotent, and a no-op for configs that do not ask for it.
    `logging.Logger` has no `flush` argument, so `_setup` of the split placement
    (`hybrid_engine=false`, the seed's 2-GPU layout) dies with "Logger._log() got an unexpected
    keyword argument 'flush'". The module's logger is wrapped in an adapter that drops the argument.
+
+4. `install_reward_failure_guard` wraps `RewardLoopWorker.compute_score`
+   (`verl/experimental/reward_loop/reward_loop.py:145-155`), the one call through which the agent loop
+   (`agent_loop.py:1026`) and the colocated reward path (`compute_score_batch`, `reward_loop.py:138-143`)
+   score each rollout. For PRIME trainers an exception there becomes a counted failed row instead of
+   a dropped rollout with a traceback each (`verl_prime_lora.reward_failures`), and
+   `compute_score_batch` gives a batch's failed rows the key set of its scored rows; other trainers
+   are left as veRL has them.
 """
 
 from __future__ import annotations
@@ -62,8 +71,10 @@ def install_driver_validation() -> None:
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
         from verl_prime_lora.config_checks import validate_prime_config
+        from verl_prime_lora.input_checks import check_inputs
 
-        validate_prime_config(config)
+        validate_prime_config(config, check_tokenizers=False)  # the config's keys first: no file is read
+        check_inputs(config)  # devices, model folders (+ the PRM tokenizer), data files, reward dry run
         return original(config, *args, **kwargs)
 
     verl_config.validate_config = _mark(validate_config)
@@ -162,10 +173,42 @@ def tolerate_flush_kwarg_in_separate_async_logger() -> None:
         trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
 
 
+# ---------------------------------------------------------------------------------------------
+# 4. reward failures of PRIME runs: counted rows, not dropped rollouts
+# ---------------------------------------------------------------------------------------------
+
+
+def install_reward_failure_guard() -> None:
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    from verl_prime_lora.reward_failures import complete_key_sets, guarded_label_key, guarded_score
+
+    original = RewardLoopWorker.compute_score
+    if _is_patched(original):
+        return
+    original_batch = RewardLoopWorker.compute_score_batch
+
+    @functools.wraps(original)
+    async def compute_score(self, data):
+        label_key = guarded_label_key(self.config)
+        if label_key is None:
+            return await original(self, data)
+        return await guarded_score(lambda: original(self, data), label_key)
+
+    @functools.wraps(original_batch)
+    async def compute_score_batch(self, data):
+        outputs = await original_batch(self, data)
+        return outputs if guarded_label_key(self.config) is None else complete_key_sets(outputs)
+
+    RewardLoopWorker.compute_score = _mark(compute_score)
+    RewardLoopWorker.compute_score_batch = _mark(compute_score_batch)
+
+
 def apply_all() -> None:
     install_driver_validation()
     install_lora_dropout()
     tolerate_flush_kwarg_in_separate_async_logger()
+    install_reward_failure_guard()
 
 
 apply_all()

@@ -7,9 +7,12 @@ estimator/trainer". So each registering module is imported here under our own gu
 cause at ERROR, and the import of this module then fails with the list of what did not register.
 """
 
+import functools
 import importlib
 import logging
 import warnings
+
+from verl_prime_lora.verl_bindings import register_recorded_estimators
 
 logger = logging.getLogger(__name__)
 
@@ -22,25 +25,32 @@ warnings.filterwarnings(
     "ignore", message=r"\w+ engine is not available: ", category=UserWarning, module=r"verl\.workers\.engine\Z"
 )
 
-# Each module registers its pieces with veRL / Hydra as an import side effect.
+# Each module registers its pieces with veRL / Hydra as an import side effect, except `core_algos`: it
+# imports without veRL and only records its estimators, which `register_all` then hands to veRL.
 REGISTERING_MODULES = (
     # first: modules below import veRL engines that read the platform at import time
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
     "verl_prime_lora.hydra_search_path",  # `+recipe=prime_lora` config group
-    "verl_prime_lora.core_algos",  # `prime_grpo` / `prime_rloo` advantage estimators
+    "verl_prime_lora.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
     "verl_prime_lora.verl_patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
     "verl_prime_lora.trainer",  # `prime_sync` / `prime_separate_async` V1 trainers
 )
 
 
 def register_all() -> None:
+    """Imports every registering module, then registers the recorded advantage estimators with veRL.
+
+    Each failure is logged at ERROR with its traceback; then one ImportError lists them all.
+    """
+    steps = [(name, functools.partial(importlib.import_module, name)) for name in REGISTERING_MODULES]
+    steps.append(("the advantage estimators", register_recorded_estimators))
     failed = []
-    for name in REGISTERING_MODULES:
+    for what, step in steps:
         try:
-            importlib.import_module(name)
+            step()
         except Exception as exc:  # noqa: BLE001 - reported loudly, then re-raised below
-            logger.error("verl-prime-lora: registering %s failed: %r", name, exc, exc_info=True)
-            failed.append(f"{name}: {exc!r}")
+            logger.error("verl-prime-lora: registering %s failed: %r", what, exc, exc_info=True)
+            failed.append(f"{what}: {exc!r}")
     if failed:
         raise ImportError("verl-prime-lora could not register: " + "; ".join(failed))
 

@@ -11,8 +11,13 @@ warm-started tiny model of `verl_prime_lora.chain_task`, 10 steps long. Checked:
 * the run logs through veRL's tracker to wandb (offline) as well, with every `prm/*` series readable back
   and equal to the file logger's.
 
-Not checked here, because it does not hold yet: that the PRM separates right from wrong answers on this task
-(`prm/dpo_acc` above 0.6); see README, "The main job".
+A second run holds the policy fixed (`trainer.critic_warmup` larger than the run: veRL skips the actor
+update) so that only the PRM learns, as it would on the demo's first steps if the policy waited for it:
+* the PRM separates right from wrong answers on responses it has not trained on yet (each step's
+  `prm/dpo_acc_before_mixed`, before its update, averages at least 0.55 over steps 2–10; chance is ½),
+  and the process gate opens.
+Not checked, because it does not hold yet: that the PRM keeps separating while the policy learns
+(`prm/dpo_acc` above 0.6 at the end of the learning run); see README, "The main job".
 """
 
 import json
@@ -25,11 +30,13 @@ from pathlib import Path
 import pytest
 from wandb_offline import offline_run_file, read_offline_history
 
-from verl_prime_lora.learning_run import is_val_accuracy_key
+from verl_prime_lora import chain_task
+from verl_prime_lora.learning_run import is_val_accuracy_key, run_learning
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "run_cpu_demo.sh"
 STEPS = 10
+PRM_STEPS = 10  # steps of the fixed-policy run (the first one's PRM equals its reference: no ranking yet)
 PRM_SERIES = ("prm/ce_loss", "prm/classification_acc", "prm/dpo_acc", "prm/update_loss", "prm/label_mean")
 
 
@@ -59,6 +66,25 @@ def demo(tmp_path_factory):
     return {"out": out, "console": run.stdout + run.stderr, "steps": steps,
             "summary": json.loads((out / "summary.json").read_text()),
             "warm_start": json.loads((out / "assets" / "warm_start.json").read_text())}
+
+
+@pytest.fixture(scope="module")
+def fixed_policy_run(demo):
+    assets = chain_task.write_warm_assets(demo["out"] / "assets", seed=0)  # the demo's, reused
+    overrides = ["trainer.critic_warmup=1000", "trainer.val_before_train=false"]
+    run = run_learning("prime_grpo", assets, demo["out"] / "fixed_policy", PRM_STEPS, -1, overrides, echo=None)
+    assert run.returncode == 0, run.tail()
+    return run
+
+
+def test_prm_separates_right_from_wrong_on_a_fixed_policy(fixed_policy_run):
+    held_out = [v for step, v in fixed_policy_run.series("prm/dpo_acc_before_mixed") if step >= 2]
+    assert len(held_out) == PRM_STEPS - 1
+    # chance is ½; measured means over steps 2–8 were 0.61–0.72 (each step ranks only ~6 mixed groups)
+    assert sum(held_out) / len(held_out) >= 0.55, held_out
+    gate = [v for _, v in fixed_policy_run.series("prm/process_gate")]
+    assert gate[-1] > 0, gate
+    assert "actor/pg_loss" not in fixed_policy_run.steps[PRM_STEPS], "the actor was updated"
 
 
 def test_vllm_validation_starts_where_the_warm_start_measured(demo):

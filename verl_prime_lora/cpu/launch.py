@@ -103,7 +103,7 @@ def run_main_ppo(
         try:
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            log.write(f"\n[launch] timeout after {timeout_s:.0f} s: killing the run\n")
+            _report(log, f"[launch] timeout after {timeout_s:.0f} s: killing the run")
             returncode = TIMEOUT_EXIT_CODE
         finally:
             try:
@@ -114,8 +114,15 @@ def run_main_ppo(
             process.wait()
             copier.join(timeout=10)
             if survivors:
-                log.write(f"\n[launch] could not kill: {survivors}\n")
+                _report(log, f"[launch] could not kill: {survivors}")
     return returncode
+
+
+def _report(log, message: str) -> None:
+    """The launcher's own message: into the run's log and onto the console (stderr), echo or not."""
+    log.write(f"\n{message}\n")
+    log.flush()
+    print(message, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

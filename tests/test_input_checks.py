@@ -1,0 +1,375 @@
+"""Input checks before Ray starts (verl_prime_lora.input_checks): data files, model folders, a reward dry
+run and the device layout, each failing with the config key and the path or row; correct configs pass."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import verl
+from hydra import compose, initialize_config_dir
+
+import verl_prime_lora.verl_patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
+from verl_prime_lora.input_checks import InputCheckError, check_inputs
+from verl_prime_lora.tiny import write_assets
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+E2E = Path(__file__).parent / "e2e"
+PARTIAL_CREDIT_REWARD = E2E / "partial_credit_reward.py"  # returns a float (the loop tests' reward)
+PRIME_LABEL_REWARD = E2E / "prime_label_reward.py"  # returns {score, acc, format}
+REWARD_FN = "reward.custom_reward_function.path"
+GRPO = ("algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync")  # no PRIME trainer
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> dict[str, Path]:
+    return write_assets(tmp_path_factory.mktemp("tiny"), train_size=4, test_size=2)
+
+
+def compose_ppo(*overrides):
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def config(assets, *overrides, recipe="prime_lora_colocated,cpu"):
+    """The CPU PRIME recipe on the tiny assets (as examples/run_cpu_smoke.sh), plus `overrides`."""
+    return compose_ppo(
+        f"+recipe=[{recipe}]",
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['test']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        *overrides,
+    )
+
+
+def fails(cfg, pattern: str) -> str:
+    """check_inputs(cfg) raises InputCheckError whose message matches `pattern` (from its start); the message."""
+    with pytest.raises(InputCheckError) as err:
+        check_inputs(cfg)
+    message = str(err.value)
+    assert re.match(pattern, message, re.S), message
+    return message
+
+
+def esc(path) -> str:
+    return re.escape(str(path))
+
+
+def tiny_row(**changes) -> dict:
+    row = {
+        "data_source": "lighteval/MATH",
+        "prompt": [{"role": "user", "content": "What is 1 + 1?"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "2"},
+        "extra_info": {"split": "train", "index": 0},
+    }
+    row.update(changes)
+    return {key: value for key, value in row.items() if value is not None}
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_reward(path: Path, body: str) -> Path:
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n" + body)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# correct configs pass (the e2e tests', the examples', the demo's)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "recipe, overrides",
+    [
+        ("prime_lora_colocated,cpu", []),  # examples/run_cpu_smoke.sh: the project's reward (math-verify)
+        ("prime_lora_colocated,cpu", [f"reward.custom_reward_function.path={PRIME_LABEL_REWARD}"]),  # test_prime_e2e
+        (  # test_prime_e2e `split`: two fake GPUs, the standalone rollout on the second
+            "prime_lora,cpu",
+            ["ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq"],
+        ),
+        ("prime_lora_colocated,prompt_filter,cpu", []),  # test_prime_e2e `filtered`
+        (  # tests/e2e/loop_runs.py: plain GRPO, a reward that returns a float
+            "cpu",
+            [
+                "algorithm.adv_estimator=grpo",
+                f"reward.custom_reward_function.path={PARTIAL_CREDIT_REWARD}",
+                "reward.custom_reward_function.name=compute_score",
+            ],
+        ),
+    ],
+)
+def test_correct_configs_pass(assets, recipe, overrides):
+    check_inputs(config(assets, *overrides, recipe=recipe))
+
+
+def test_chain_task_data_passes_the_reward_dry_run(assets, tmp_path):
+    """The demo's data (verl_prime_lora.chain_task) with the recipe's reward: the dry run's answer is right."""
+    from verl_prime_lora import chain_task
+
+    chains = chain_task.make_splits(0, {"sft_eval": 1, "test": 2, "train": 3})
+    paths = {}
+    for split in ("train", "test"):
+        rows = [chain_task.make_row(chain, i, split) for i, chain in enumerate(chains[split])]
+        paths[split] = write_parquet(tmp_path / f"{split}.parquet", rows)
+    check_inputs(config(assets, f"data.train_files={paths['train']}", f"data.val_files={paths['test']}"))
+
+
+# --------------------------------------------------------------------------------------------------
+# data files
+# --------------------------------------------------------------------------------------------------
+
+
+def test_missing_train_file_names_the_key_and_path(assets, tmp_path):
+    missing = tmp_path / "nope.parquet"
+    fails(config(assets, f"data.train_files={missing}"), rf"^data\.train_files: {esc(missing)} does not exist")
+
+
+def test_list_entry_is_named_with_its_index(assets, tmp_path):
+    missing = tmp_path / "val2.parquet"
+    cfg = config(assets, f"data.val_files=[{assets['test']},{missing}]")
+    fails(cfg, rf"^data\.val_files\[1\]: {esc(missing)} does not exist")
+
+
+def test_unsupported_file_format(assets, tmp_path):
+    csv = tmp_path / "train.csv"
+    csv.write_text("prompt\nhi\n")
+    fails(config(assets, f"data.train_files={csv}"), rf"^data\.train_files: {esc(csv)}: .*\.parquet")
+
+
+def test_prompt_column_missing(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(prompt=None, question="What is 1 + 1?")])
+    message = fails(config(assets, f"data.train_files={path}"), r"^data\.prompt_key: is 'prompt'")
+    assert str(path) in message and "question" in message  # the columns it has
+
+
+def test_custom_prompt_key(assets, tmp_path):
+    row = tiny_row(prompt=None, question=[{"role": "user", "content": "What is 1 + 1?"}])
+    path = write_parquet(tmp_path / "train.parquet", [row])
+    cfg = config(assets, f"data.train_files={path}", f"data.val_files={path}", "data.prompt_key=question")
+    check_inputs(cfg)
+    fails(config(assets, f"data.train_files={path}"), r"^data\.prompt_key: is 'prompt'")
+
+
+def test_prompt_must_be_chat_messages(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(prompt="What is 1 + 1?")])
+    message = fails(config(assets, f"data.train_files={path}"), r"^data\.prompt_key: column 'prompt' of ")
+    assert str(path) in message and "list of chat messages" in message
+
+
+def test_ground_truth_missing(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(reward_model={"style": "rule"})])
+    pattern = rf"^data\.train_files: {esc(path)} has no reward_model\.ground_truth"
+    message = fails(config(assets, f"data.train_files={path}"), pattern)
+    assert "struct" in message
+
+
+def test_reward_model_column_missing(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(reward_model=None, answer="2")])
+    pattern = rf"^data\.train_files: {esc(path)} has no reward_model\.ground_truth"
+    fails(config(assets, f"data.train_files={path}"), pattern)
+
+
+def test_data_source_missing(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(data_source=None)])
+    fails(config(assets, f"data.train_files={path}"), rf"^data\.train_files: {esc(path)} has no column data_source")
+
+
+def test_val_files_are_checked_too(assets, tmp_path):
+    path = write_parquet(tmp_path / "val.parquet", [tiny_row(reward_model={"style": "rule"})])
+    fails(config(assets, f"data.val_files={path}"), rf"^data\.val_files: {esc(path)} has no reward_model\.ground_truth")
+
+
+def test_custom_reward_manager_reads_what_it_likes(assets, tmp_path):
+    """veRL's registered reward managers read data_source and ground_truth; an importlib one is not second-guessed."""
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(data_source=None, reward_model=None)])
+    base = (f"data.train_files={path}", f"data.val_files={path}")
+    fails(config(assets, *base), r"^data\.train_files: .*has no column data_source")
+    manager = ("reward.reward_manager.source=importlib", "reward.reward_manager.module.path=/x.py")
+    check_inputs(config(assets, *base, *manager))
+
+
+def test_json_lines_first_record_is_checked(assets, tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(tiny_row(prompt=None, question="q")) + "\n")
+    fails(config(assets, f"data.train_files={path}"), r"^data\.prompt_key: is 'prompt'")
+    path.write_text(json.dumps(tiny_row()) + "\n")
+    check_inputs(config(assets, f"data.train_files={path}"))
+
+
+def test_empty_train_file(assets, tmp_path):
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([tiny_row()]).slice(0, 0), path)
+    fails(config(assets, f"data.train_files={path}"), rf"^data\.train_files: {esc(path)} has no rows")
+
+
+# --------------------------------------------------------------------------------------------------
+# model folders
+# --------------------------------------------------------------------------------------------------
+
+
+def test_empty_model_folder(assets, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    message = fails(config(assets, f"actor_rollout_ref.model.path={empty}"), r"^actor_rollout_ref\.model\.path: ")
+    assert f"{empty} holds no config.json" in message
+
+
+def test_missing_model_folder(assets, tmp_path):
+    missing = tmp_path / "no_model"
+    pattern = rf"^actor_rollout_ref\.model\.path: {esc(missing)} is not a folder \(it does not exist"
+    fails(config(assets, f"actor_rollout_ref.model.path={missing}"), pattern)
+
+
+def test_model_folder_without_tokenizer(assets, tmp_path):
+    folder = tmp_path / "weights_only"
+    folder.mkdir()
+    shutil.copy(assets["model"] / "config.json", folder)
+    message = fails(config(assets, f"actor_rollout_ref.model.path={folder}"), r"^actor_rollout_ref\.model\.path: ")
+    assert f"{folder} holds no tokenizer" in message
+    # A separate tokenizer folder makes it whole, for the policy and for the PRM (which starts from the same path).
+    paths = (f"actor_rollout_ref.model.path={folder}", f"actor_rollout_ref.model.tokenizer_path={assets['model']}")
+    fails(config(assets, *paths), rf"^prime\.prm\.model\.path: {esc(folder)} holds no tokenizer")
+    check_inputs(config(assets, *paths, f"prime.prm.model.tokenizer_path={assets['model']}"))
+
+
+def test_hub_ids_are_not_checked(assets):
+    check_inputs(config(assets, "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct"))
+
+
+def test_prm_folders(assets, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pattern = rf"^prime\.prm\.model\.path: {esc(empty)} holds no config\.json"
+    fails(config(assets, f"prime.prm.model.path={empty}"), pattern)
+    pattern = rf"^prime\.prm\.model\.tokenizer_path: {esc(empty)} holds no tokenizer"
+    fails(config(assets, f"prime.prm.model.tokenizer_path={empty}"), pattern)
+    # A PRM that no trainer uses (plain GRPO on the PRIME recipe) is not checked.
+    check_inputs(config(assets, f"prime.prm.model.path={empty}", *GRPO))
+
+
+# --------------------------------------------------------------------------------------------------
+# reward dry run
+# --------------------------------------------------------------------------------------------------
+
+
+def test_label_key_typo_fails_in_the_dry_run(assets):
+    message = fails(config(assets, "prime.prm.label_key=accuracy"), r"^prime\.prm\.label_key: is 'accuracy'")
+    assert "pkg://verl_prime_lora.reward:compute_score" in message  # the reward function
+    assert "'acc'" in message and "'format'" in message  # the keys it returned
+    assert f"row 0 of {assets['train']}" in message
+
+
+def test_label_key_of_a_float_reward(assets):
+    """veRL records a plain number as `acc` only: `acc` works, anything else fails."""
+    reward = f"reward.custom_reward_function.path={PARTIAL_CREDIT_REWARD}"
+    check_inputs(config(assets, reward))
+    message = fails(config(assets, reward, "prime.prm.label_key=correct"), r"^prime\.prm\.label_key: is 'correct'")
+    assert "returned the number" in message
+
+
+def test_label_key_is_only_required_by_prime_trainers(assets):
+    check_inputs(config(assets, "prime.prm.label_key=accuracy", *GRPO))
+
+
+def test_prompt_filter_accuracy_key(assets):
+    recipe = "prime_lora_colocated,prompt_filter,cpu"
+    cfg = config(assets, "trainer.v1.sampler.sampler_kwargs.accuracy_key=accuracy", recipe=recipe)
+    fails(cfg, r"^trainer\.v1\.sampler\.sampler_kwargs\.accuracy_key: is 'accuracy'")
+
+
+def test_reward_that_raises_names_the_row(assets, tmp_path):
+    reward = write_reward(tmp_path / "reward.py", "    raise KeyError('solution')\n")
+    message = fails(config(assets, f"{REWARD_FN}={reward}"), r"^reward\.custom_reward_function\.path: ")
+    assert f"raised on row 0 of {assets['train']}" in message and "KeyError: 'solution'" in message
+
+
+def test_reward_dict_needs_score(assets, tmp_path):
+    reward = write_reward(tmp_path / "reward.py", "    return {'acc': 1.0}\n")
+    fails(config(assets, f"{REWARD_FN}={reward}"), r"^reward\.custom_reward_function\.path: .*without 'score'")
+
+
+def test_reward_file_missing(assets, tmp_path):
+    missing = tmp_path / "no_reward.py"
+    pattern = rf"^reward\.custom_reward_function\.path: cannot load 'compute_score' from {esc(missing)}"
+    fails(config(assets, f"{REWARD_FN}={missing}"), pattern)
+
+
+def test_default_reward_with_an_unknown_data_source(assets, tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", [tiny_row(data_source="my_data")])
+    cfg = config(assets, f"data.train_files={path}", f"{REWARD_FN}=null", *GRPO)
+    message = fails(cfg, r"^reward\.custom_reward_function\.path: the reward function veRL's default_compute_score")
+    assert "NotImplementedError" in message and "my_data" in message and str(path) in message
+
+
+# --------------------------------------------------------------------------------------------------
+# devices
+# --------------------------------------------------------------------------------------------------
+
+
+def test_split_recipe_on_one_device(assets):
+    message = fails(config(assets, recipe="prime_lora,cpu"), r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs")
+    for key in ("actor_rollout_ref.rollout.n_gpus_per_node", "ray_kwargs.ray_init.num_gpus=1", "prime_lora_colocated"):
+        assert key in message
+
+
+def test_trainer_pool_larger_than_ray_gpus(assets):
+    pattern = r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs.*num_gpus=1"
+    fails(config(assets, "trainer.n_gpus_per_node=2"), pattern)
+
+
+def test_storage_units_beyond_ray_cpus(assets):
+    key = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+    message = fails(config(assets, f"{key}=8"), rf"^{re.escape(key)}: is 8: the run holds 12 CPUs")
+    assert "ray_kwargs.ray_init.num_cpus=8" in message and "Set it <= 4" in message
+    check_inputs(config(assets, f"{key}=4"))  # 1 + 4 + 3 = 8: fits
+
+
+def test_ray_cpus_below_the_placement_groups(assets):
+    pattern = r"^ray_kwargs\.ray_init\.num_cpus: is 4: the run holds 5 CPUs"
+    message = fails(config(assets, "ray_kwargs.ray_init.num_cpus=4"), pattern)
+    assert "num_data_storage_units" in message
+
+
+def test_agent_workers_are_not_counted(assets):
+    """AgentLoopWorkers are default Ray actors (1 CPU to place, 0 held): more of them than CPUs do not hang."""
+    check_inputs(config(assets, "actor_rollout_ref.rollout.agent.num_workers=16"))
+
+
+# --------------------------------------------------------------------------------------------------
+# the hook: veRL's validate_config in the driver
+# --------------------------------------------------------------------------------------------------
+
+
+def test_verl_validate_config_runs_the_input_checks(assets, tmp_path):
+    import verl.utils.config as verl_config
+
+    missing = tmp_path / "nope.parquet"
+    with pytest.raises(InputCheckError, match=r"^data\.train_files: "):
+        cfg = config(assets, f"data.train_files={missing}")
+        verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+
+
+def test_main_ppo_fails_before_ray_on_an_empty_model_folder(assets, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = dict(os.environ, HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=[prime_lora_colocated,cpu]",
+         f"data.train_files={assets['train']}", f"data.val_files={assets['test']}",
+         f"actor_rollout_ref.model.path={empty}"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert proc.returncode != 0
+    expected = f"InputCheckError: actor_rollout_ref.model.path: {empty} holds no config.json"
+    assert expected in proc.stderr, proc.stderr[-3000:]
+    assert "Started a local Ray instance" not in proc.stdout + proc.stderr

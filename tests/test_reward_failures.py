@@ -1,0 +1,401 @@
+"""Reward failures of PRIME runs (verl_prime_lora.reward_failures): the guard on veRL's reward-loop worker
+(a failed row with the batch's key set, the first error logged once), the per-step accounting and stop
+of the trainer, and that the PRM neither trains on nor measures a row whose reward failed."""
+
+import asyncio
+import logging
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import verl
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from tensordict import NonTensorData, TensorDict
+from verl import DataProto
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+from verl.trainer.ppo.v1.utils import MetricsAggregator
+
+import verl_prime_lora.verl_patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
+from verl_prime_lora import prompt_filter
+from verl_prime_lora import reward_failures as rf
+from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.core_algos import balanced_label_weights
+from verl_prime_lora.prm_worker import (
+    PRM_LABEL_FIELD,
+    PRM_REF_FIELD,
+    PRM_WEIGHT_FIELD,
+    labelled_rows,
+    labels_from_extra_fields,
+    nested_rows,
+    prm_loss,
+)
+from verl_prime_lora.prompt_filter import AccuracyBandFilterMixin, BandFilter
+from verl_prime_lora.reward_failures import (
+    ERROR_KEY,
+    FAILED_KEY,
+    RolloutFailureError,
+    account_rollouts,
+    guarded_score,
+    max_failed_rollout_ratio,
+)
+from verl_prime_lora.trainer import prm_rewards_and_metrics
+
+PRIME_CONFIG = {
+    "trainer": {"v1": {"trainer_mode": "prime_sync"}},
+    "prime": {"prm": {"label_key": "acc"}},
+    "reward": {"custom_reward_function": {"path": "reward.py"}, "reward_model": {"enable": False}},
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state(monkeypatch):
+    """Each test starts as a fresh reward-loop worker process: no keys seen, no failure logged yet."""
+    monkeypatch.setattr(rf, "_ZEROED_KEYS", {})
+    monkeypatch.setattr(rf, "_FIRST_FAILURE_LOGGED", False)
+
+
+def run(coroutine_fn):
+    return asyncio.run(coroutine_fn())
+
+
+def scored(info: dict) -> dict:
+    async def score():
+        return {"reward_score": float(info.get("score", 0.0)), "reward_extra_info": dict(info)}
+
+    return score
+
+
+def raising(exc: Exception):
+    async def score():
+        raise exc
+
+    return score
+
+
+# --------------------------------------------------------------------------------------------------
+# the guard in the reward-loop worker
+# --------------------------------------------------------------------------------------------------
+
+
+def test_scored_rows_are_marked_and_keep_their_values():
+    result = run(lambda: guarded_score(scored({"score": 2.0, "acc": 1.0, "pred": "4"}), "acc"))
+    assert result["reward_score"] == 2.0
+    assert result["reward_extra_info"] == {"score": 2.0, "acc": 1.0, "pred": "4", FAILED_KEY: 0.0, ERROR_KEY: ""}
+
+
+def test_a_failed_row_scores_zero_and_has_the_key_set_of_the_scored_rows():
+    good = run(lambda: guarded_score(scored({"score": 2.0, "acc": 1.0, "format": 1.0, "pred": "4"}), "acc"))
+    bad = run(lambda: guarded_score(raising(ValueError("no ground truth")), "acc"))
+    assert bad["reward_score"] == 0.0
+    assert set(bad["reward_extra_info"]) == set(good["reward_extra_info"])
+    info = bad["reward_extra_info"]
+    assert info["score"] == info["acc"] == info["format"] == 0.0 and info["pred"] == ""
+    assert info[FAILED_KEY] == 1.0 and info[ERROR_KEY] == "ValueError: no ground truth"
+
+
+def test_a_failure_before_any_scored_row_carries_a_subset_of_their_keys():
+    """veRL's colocated path reads the key set from the first row: a first failed row must not hold a
+    key that a later scored row lacks (PRIME checks before Ray that the reward returns the label key)."""
+    bad = run(lambda: guarded_score(raising(KeyError("ground_truth")), "acc"))
+    good = run(lambda: guarded_score(scored({"score": 1.0, "acc": 1.0, "reason": "correct"}), "acc"))
+    assert set(bad["reward_extra_info"]) == {"acc", FAILED_KEY, ERROR_KEY}
+    assert set(bad["reward_extra_info"]) <= set(good["reward_extra_info"])
+
+
+def test_a_batch_gives_its_failed_rows_the_keys_of_its_scored_rows():
+    """Rows of one batch are scored concurrently: a row may fail before the process has scored any."""
+    bad = run(lambda: guarded_score(raising(KeyError("ground_truth")), "acc"))
+    good = run(lambda: guarded_score(scored({"score": 1.0, "acc": 1.0, "reason": "correct"}), "acc"))
+    outputs = rf.complete_key_sets([bad, good])
+    assert set(outputs[0]["reward_extra_info"]) == set(good["reward_extra_info"])
+    assert outputs[0]["reward_extra_info"] == {
+        "score": 0.0, "acc": 0.0, "reason": "", FAILED_KEY: 1.0, ERROR_KEY: "KeyError: 'ground_truth'"
+    }
+    assert outputs[1] is good
+
+
+def test_the_first_failure_is_logged_once_with_its_message(caplog):
+    caplog.set_level(logging.ERROR, logger=rf.logger.name)
+    for i in range(50):
+        run(lambda i=i: guarded_score(raising(RuntimeError(f"verifier crashed on row {i}")), "acc"))
+    records = [r for r in caplog.records if r.name == rf.logger.name]
+    assert len(records) == 1
+    assert "verifier crashed on row 0" in records[0].getMessage()
+    assert "prime.max_failed_rollout_ratio" in records[0].getMessage()
+    assert records[0].exc_info is not None  # the one traceback
+
+
+def test_the_error_message_is_truncated():
+    bad = run(lambda: guarded_score(raising(ValueError("x" * 10_000)), "acc"))
+    assert len(bad["reward_extra_info"][ERROR_KEY]) == rf.MAX_ERROR_CHARS
+
+
+class _Tokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(str(int(i)) for i in ids)
+
+
+def _reward_fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    if int(ground_truth) % 2:
+        raise ZeroDivisionError(f"odd ground truth {ground_truth}")
+    return {"score": 1.0, "acc": 1.0, "pred": solution_str}
+
+
+def _rows(n: int) -> DataProto:
+    prompts = torch.ones(n, 3, dtype=torch.long)
+    responses = torch.arange(n * 2, dtype=torch.long).reshape(n, 2)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": torch.ones(n, 5, dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array(["test"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": str(i)} for i in range(n)], dtype=object),
+            "extra_info": np.array([{} for _ in range(n)], dtype=object),
+        },
+    )
+
+
+def _worker(config: dict) -> RewardLoopWorker:
+    """A RewardLoopWorker as veRL builds it in a Ray actor, minus the tokenizer download: veRL's naive
+    reward manager calling the (raising) custom reward function. Built inside the running event loop."""
+    worker = RewardLoopWorker.__new__(RewardLoopWorker)
+    worker.config = OmegaConf.create(config)
+    worker.reward_manager = NaiveRewardManager(worker.config, _Tokenizer(), _reward_fn)
+    return worker
+
+
+def test_verl_reward_loop_worker_is_guarded_for_prime_trainers():
+    async def score_batch():
+        return await _worker(PRIME_CONFIG).compute_score_batch(_rows(4))
+
+    outputs = run(score_batch)
+    assert [o["reward_score"] for o in outputs] == [1.0, 0.0, 1.0, 0.0]
+    infos = [o["reward_extra_info"] for o in outputs]
+    assert [info[FAILED_KEY] for info in infos] == [0.0, 1.0, 0.0, 1.0]
+    assert infos[1][ERROR_KEY] == "ZeroDivisionError: odd ground truth 1"
+    # what RewardLoopManager.compute_rm_score (reward_loop.py:365-369) does with them: no KeyError
+    keys = list(infos[0])
+    columns = {key: np.array([info[key] for info in infos]) for key in keys}
+    assert columns["acc"].tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_other_trainers_keep_verl_behaviour():
+    config = {**PRIME_CONFIG, "trainer": {"v1": {"trainer_mode": "sync"}}}
+
+    async def score_one():
+        return await _worker(config).compute_score(_rows(2)[1:2])
+
+    with pytest.raises(ZeroDivisionError):
+        run(score_one)
+
+
+# --------------------------------------------------------------------------------------------------
+# the trainer: accounting and stop
+# --------------------------------------------------------------------------------------------------
+
+
+def _fields(acc=None, failed=False, error=""):
+    info = {"score": acc or 0.0, "acc": acc or 0.0, FAILED_KEY: float(failed), ERROR_KEY: error}
+    return NonTensorData({"reward_extra_info": info})
+
+
+def _batch():
+    """3 prompts x n=3 asked for: `a` whole (one reward failed), `b` lost rollout 1, `c` lost entirely;
+    one padding row (veRL copies the first row's fields into it: it must not count as failed)."""
+    keys = ["a_0_0", "a_1_0", "a_2_0", "b_0_0", "b_2_0", "padX_0_0"]
+    fields = [_fields(1.0), _fields(failed=True, error="KeyError: 'x'"), _fields(0.0), _fields(1.0), _fields(0.0),
+              _fields(failed=True, error="KeyError: 'x'")]
+    is_padding = [False] * 5 + [True]
+    return keys, is_padding, fields
+
+
+def test_account_counts_failed_dropped_padding_and_group_sizes():
+    keys, is_padding, fields = _batch()
+    account = account_rollouts(keys, is_padding, fields, rollout_n=3, expected_prompts=3)
+    assert account.failed_rows == (False, True, False, False, False, False)
+    assert account.first_error == "KeyError: 'x'"
+    assert account.metrics() == pytest.approx({
+        "reward/failed_total": 1.0,
+        "reward/failed_ratio": 1 / 9,
+        "prime/dropped_rollouts_total": 4.0,  # b's rollout 1, and all 3 of c
+        "prime/padding_rows_total": 1.0,
+        "prime/group_size_min": 0.0,
+        "prime/group_size_mean": 5 / 3,
+        "prime/failed_rollout_ratio": 5 / 9,
+    })
+
+
+def test_a_rollout_with_several_rows_counts_once():
+    keys = ["a_0_0", "a_0_1", "a_1_0"]
+    fields = [_fields(failed=True, error="E: 1"), _fields(failed=True, error="E: 1"), _fields(1.0)]
+    account = account_rollouts(keys, [False] * 3, fields, rollout_n=2, expected_prompts=1)
+    assert (account.failed, account.dropped, account.group_sizes) == (1, 0, (2,))
+
+
+def test_a_clean_batch_passes_even_the_strictest_stop():
+    keys = ["a_0_0", "a_1_0", "b_0_0", "b_1_0"]
+    account = account_rollouts(keys, [False] * 4, [_fields(1.0), _fields(0.0), _fields(1.0), _fields(1.0)], 2, 2)
+    assert account.metrics()["prime/failed_rollout_ratio"] == 0.0
+    assert account.metrics()["prime/group_size_min"] == 2.0
+    account.check(0.0, step=1)
+
+
+def test_rows_without_the_flag_count_as_scored():
+    """Rows scored before the guard existed (or by a plain veRL reward path) carry no `reward_failed`."""
+    fields = [NonTensorData({"reward_extra_info": {"acc": 1.0}}), {"reward_extra_info": {}}]
+    account = account_rollouts(["a_0_0", "a_1_0"], [False, False], fields, 2, 1)
+    assert account.failed == 0 and account.failed_rows == (False, False)
+
+
+def test_the_stop_names_the_knob_the_counts_and_the_first_error():
+    keys, is_padding, fields = _batch()
+    account = account_rollouts(keys, is_padding, fields, rollout_n=3, expected_prompts=3)
+    with pytest.raises(RolloutFailureError) as err:
+        account.check(0.5, step=7)
+    message = str(err.value)
+    assert message.startswith("prime.max_failed_rollout_ratio: step 7 lost 5 of 9 rollouts")
+    assert "1 scored 0 because the reward function raised (first error: KeyError: 'x')" in message
+    assert "4 dropped by veRL before training" in message
+    account.check(5 / 9, step=7)  # at the limit: goes on
+    account.check(1.0, step=7)
+
+
+def test_count_metrics_add_up_over_parameter_sync_steps():
+    """veRL's MetricsAggregator picks the reduction from the name: counts are summed, the minimum kept."""
+    aggregator = MetricsAggregator()
+    keys, is_padding, fields = _batch()
+    for _ in range(2):
+        aggregator.add_step_metrics(account_rollouts(keys, is_padding, fields, 3, 3).metrics(), sample_count=5)
+    total = aggregator.get_aggregated_metrics()
+    assert total["reward/failed_total"] == 2.0 and total["prime/dropped_rollouts_total"] == 8.0
+    assert total["prime/padding_rows_total"] == 2.0 and total["prime/group_size_min"] == 0.0
+    assert total["prime/failed_rollout_ratio"] == pytest.approx(5 / 9)
+
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+def colocated(*overrides):
+    """veRL's ppo_trainer config with the one-GPU PRIME recipe."""
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        overrides = ["+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m", *overrides]
+        return compose("ppo_trainer", overrides=overrides)
+
+
+def test_the_knob_is_in_the_recipe_and_checked_before_ray():
+    config = colocated()
+    assert max_failed_rollout_ratio(config) == 0.0  # the recipe's default: stop at the first failure
+    validate_prime_config(config, check_tokenizers=False)
+    for bad in ("1.5", "-0.1", "true"):
+        with pytest.raises(PrimeConfigError, match=r"^prime.max_failed_rollout_ratio: "):
+            validate_prime_config(colocated(f"prime.max_failed_rollout_ratio={bad}"), check_tokenizers=False)
+    assert max_failed_rollout_ratio(colocated("prime.max_failed_rollout_ratio=1.0")) == 1.0
+
+
+# --------------------------------------------------------------------------------------------------
+# the PRM skips rows whose reward failed
+# --------------------------------------------------------------------------------------------------
+
+
+def test_failed_rows_get_no_label_and_no_prm_loss_weight():
+    keys = ["a_0_0", "a_1_0", "a_2_0", "pad_0_0"]
+    fields = [_fields(1.0), {"reward_extra_info": {FAILED_KEY: 1.0, ERROR_KEY: "E: x"}}, _fields(0.0), _fields(1.0)]
+    is_padding = [False, False, False, True]
+    account = account_rollouts(keys, is_padding, fields, 3, 1)
+    unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows)]
+    labels = labels_from_extra_fields(fields, unlabelled, "acc")  # no KeyError for the label-less failed row
+    assert labels.tolist() == [1.0, 0.0, 0.0, 0.0]
+    labelled = labelled_rows([4, 3, 2, 1], unlabelled)
+    assert labelled.tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert balanced_label_weights(labels, labelled[:, None]).tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def _nested(rows):
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def _prm_micro_batch(weights, prompt_len=2, resp_len=3):
+    """Three rows as the PRM worker's loss receives them (labels 1, 0, 1), with per-row loss weights."""
+    g = torch.Generator().manual_seed(0)
+    seq_lp = [torch.randn(prompt_len + resp_len, generator=g).requires_grad_() for _ in range(3)]
+    data = TensorDict(
+        {
+            "prompts": _nested([torch.zeros(prompt_len, dtype=torch.long)] * 3),
+            "responses": _nested([torch.zeros(resp_len, dtype=torch.long)] * 3),
+            "response_mask": _nested([torch.ones(resp_len)] * 3),
+            PRM_REF_FIELD: _nested([torch.randn(resp_len, generator=g) for _ in range(3)]),
+            PRM_LABEL_FIELD: nested_rows(torch.tensor([1.0, 0.0, 1.0]), [resp_len] * 3),
+            PRM_WEIGHT_FIELD: nested_rows(torch.tensor(weights), [resp_len] * 3),
+            "global_batch_size": NonTensorData(3),
+            "dp_size": NonTensorData(1),
+        },
+        batch_size=[3],
+    )
+    return {"log_probs": _nested(seq_lp)}, data, seq_lp
+
+
+def test_prm_loss_gives_a_failed_row_no_gradient():
+    model_output, data, seq_lp = _prm_micro_batch(weights=(1.0, 0.0, 1.0))  # row 1: its reward failed
+    loss, _ = prm_loss(model_output, data, beta=0.05)
+    loss.backward()
+    assert seq_lp[0].grad.abs().sum() > 0 and seq_lp[2].grad.abs().sum() > 0
+    assert seq_lp[1].grad is None or seq_lp[1].grad.abs().sum() == 0
+
+
+def test_prm_metrics_leave_out_failed_rows_but_their_process_rewards_stay():
+    g = torch.Generator().manual_seed(1)
+    B, T = 5, 4
+    mask = torch.ones(B, T)
+    prm, ref = -torch.rand(B, T, generator=g), -torch.rand(B, T, generator=g)
+    labels = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0])
+    uid = np.array(["a", "a", "a", "b", "b"], dtype=object)
+    labelled = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])  # row 2: the reward failed (label unknown)
+    rewards, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05, labelled=labelled)
+    keep = [0, 1, 3, 4]
+    _, without = prm_rewards_and_metrics(prm[keep], prm[keep], ref[keep], mask[keep], labels[keep], uid[keep], 0.05)
+    assert metrics == pytest.approx(without)
+    assert torch.all(rewards[2] != 0)  # the actor still gets the failed row's process rewards
+    _, with_it = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
+    assert with_it["prm/ce_loss"] != pytest.approx(metrics["prm/ce_loss"])  # the test can tell the difference
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+# --------------------------------------------------------------------------------------------------
+# the prompt filter leaves groups with a failed reward to the trainer
+# --------------------------------------------------------------------------------------------------
+
+
+class _FilterUnderTest(AccuracyBandFilterMixin):
+    """The band filter's verdict on finished groups, without TransferQueue or a replay buffer."""
+
+    def __init__(self, keys):
+        self.band = BandFilter(lower=0.2, upper=0.8, drop_truncated=False)
+        self.accuracy_key = "acc"
+        self.filter_counts = Counter()
+        self.finished_keys = {"train": {key.split("_")[0] for key in keys}}
+        self._dapo_classification_cache = {"train": {}}
+        self.partitions = {"train": {key: {"response_len": 3} for key in keys}}
+
+
+def test_prompt_filter_never_evicts_a_group_with_a_failed_reward(monkeypatch):
+    rows = {
+        "low_0_0": _fields(0.0), "low_1_0": _fields(0.0),  # all wrong: evicted
+        "fail_0_0": _fields(0.0), "fail_1_0": _fields(failed=True, error="E: x"),  # wrong + failed: kept
+    }
+    monkeypatch.setattr(
+        prompt_filter.tq, "kv_batch_get",
+        lambda keys, partition_id, select_fields: {"extra_fields": [rows[key] for key in keys]},
+    )
+    band = _FilterUnderTest(rows)
+    evicted, _ = band._dapo_filtered_keys("train")
+    assert evicted == {"low"}
+    assert band.filter_counts["judged"] == 1

@@ -1,0 +1,414 @@
+"""Checks of a run's inputs in the driver, before Ray starts: the files, folders and devices a config names.
+
+`check_inputs(config)` raises `InputCheckError` (a `ValueError` whose message starts with the config key,
+and names the path or row) for inputs that veRL 0.9.1 would otherwise reject only minutes later inside a
+Ray actor, or on which it hangs. It runs for every `main_ppo` run with this plugin, from the driver-side
+wrapper of veRL's `validate_config` (`verl_patches.install_driver_validation`), right after the config
+checks of `config_checks.validate_prime_config`. In order:
+
+1. devices (`check_devices`), config only:
+   - with `ray_kwargs.ray_init.num_gpus` set: the GPUs the layout asks Ray for fit in it. That is the
+     trainer pool (`trainer.n_gpus_per_node` x `trainer.nnodes`), plus the standalone rollout pool of the
+     split trainers (`separate_async`, `prime_separate_async`: `actor_rollout_ref.rollout.n_gpus_per_node`
+     x `.nnodes`), plus the reward-model pool when `reward.reward_model.enable_resource_pool`;
+   - with `ray_kwargs.ray_init.num_cpus` set: the CPUs that actors hold for the whole run fit in it, else
+     one of them stays pending and veRL hangs without a message. The holders are the TransferQueue (V1
+     trainer): its controller (1) and `transfer_queue.backend.SimpleStorage.num_data_storage_units` storage
+     actors (1 each); and the placement groups: 3 CPUs per trainer-pool and reward-pool GPU
+     (`ResourcePoolManager`'s `max_colocate_count`), 2 per standalone-rollout GPU. Agent-loop and
+     reward-loop workers are default Ray actors, which need no free CPU, so
+     `actor_rollout_ref.rollout.agent.num_workers` is not counted.
+2. model folders (`check_model_paths`): `actor_rollout_ref.model.path` and, for a PRIME trainer,
+   `prime.prm.model.path` hold a `config.json`; they (or the `tokenizer_path` next to them, when set) hold a
+   tokenizer (`tokenizer.json`, a vocabulary file, or a `tokenizer_config.json` with remote code). Hub ids
+   (`org/name` that is not a local folder) and remote URLs are skipped: nothing is downloaded. For a PRIME
+   trainer the PRM tokenizer must then equal the policy's (`config_checks.check_prm_tokenizer`).
+3. data files (`check_data_files`): every `data.train_files` / `data.val_files` entry (a string or a list)
+   exists, is a file veRL's RLHFDataset reads (.parquet, .json, .jsonl), and its schema (parquet: the schema
+   and the first rows only; json lines: the first line) has the column `data.prompt_key` as a list of chat
+   messages and, when rule-based rewards are computed (a custom reward function, or no reward model), the
+   `data_source` column and a `reward_model` struct with a `ground_truth` field: veRL's reward managers read
+   both for every sample. A custom dataset class (`data.custom_cls.path`) or reward manager
+   (`reward.reward_manager.source=importlib`) reads what it likes: their files are not checked.
+4. reward dry run (`dry_run_reward`): the configured reward function (`reward.custom_reward_function.path`
+   / `.name` with its `reward_kwargs`, loaded as veRL loads it; else veRL's default scorer) scores the
+   first row of the first train file, with the row's ground truth as the response
+   (`<think>...</think> \\boxed{GT}`). It must not raise; a dict result must hold `score` (veRL reads it)
+   and, for a PRIME trainer, `prime.prm.label_key`; with the prompt filter, its `accuracy_key`. (veRL
+   stores a plain number as `acc`.)
+
+Nothing here imports torch or Ray at module level; all but the reward dry run take well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from verl_prime_lora.config_checks import PRIME_TRAINERS, check_prm_tokenizer
+
+# veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
+# standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
+CPUS_PER_POOL_GPU = 3
+CPUS_PER_STANDALONE_ROLLOUT_GPU = 2
+DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_and_tokenize accepts
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+# veRL's default scorer runs the response as code for these sources: no dry run of code here.
+CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
+PROMPT_FILTER_SAMPLER = "verl_prime_lora.prompt_filter"
+FIRST_ROWS = 4
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+class InputCheckError(ValueError):
+    """A run input (file, folder, device count) that cannot work; the message starts with the config key."""
+
+
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    value = OmegaConf.select(config, key, default=default)
+    return default if value is None else value
+
+
+def _fail(key: str, message: str) -> NoReturn:
+    raise InputCheckError(f"{key}: {message}")
+
+
+def _is_prime_trainer(config: Any) -> bool:
+    return _get(config, "trainer.v1.trainer_mode") in PRIME_TRAINERS
+
+
+def check_inputs(config: Any) -> None:
+    """Run every check of this module (see the module docstring); raise `InputCheckError` on the first failure."""
+    if not isinstance(config, DictConfig):
+        return
+    check_devices(config)
+    check_model_paths(config)
+    if _is_prime_trainer(config):
+        check_prm_tokenizer(config)
+    first_row = check_data_files(config)
+    if first_row is not None:
+        dry_run_reward(config, *first_row)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. devices
+# ---------------------------------------------------------------------------------------------------
+
+
+def check_devices(config: Any) -> None:
+    mode = _get(config, "trainer.v1.trainer_mode", "sync")
+    split = bool(_get(config, "trainer.use_v1", True)) and PRIME_TRAINERS.get(mode, mode) == "separate_async"
+    trainer_gpus = int(_get(config, "trainer.n_gpus_per_node", 0)) * int(_get(config, "trainer.nnodes", 0))
+    rollout_gpus = 0
+    if split:
+        rollout_gpus = int(_get(config, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) * int(
+            _get(config, "actor_rollout_ref.rollout.nnodes", 0)
+        )
+    reward_gpus = 0
+    if _get(config, "reward.reward_model.enable_resource_pool", False):
+        reward_gpus = int(_get(config, "reward.reward_model.n_gpus_per_node", 0)) * int(
+            _get(config, "reward.reward_model.nnodes", 0)
+        )
+    parts = [f"{trainer_gpus} for the trainer pool (trainer.n_gpus_per_node x trainer.nnodes)"]
+    if split:
+        parts.append(
+            f"{rollout_gpus} for the standalone rollout of trainer.v1.trainer_mode={mode} "
+            "(actor_rollout_ref.rollout.n_gpus_per_node x actor_rollout_ref.rollout.nnodes)"
+        )
+    if reward_gpus:
+        parts.append(f"{reward_gpus} for the reward-model pool (reward.reward_model.n_gpus_per_node x nnodes)")
+
+    num_gpus = _get(config, "ray_kwargs.ray_init.num_gpus")
+    total_gpus = trainer_gpus + rollout_gpus + reward_gpus
+    if num_gpus is not None and total_gpus > float(num_gpus):
+        _fail(
+            "trainer.n_gpus_per_node",
+            f"the layout needs {total_gpus} GPUs ({' + '.join(parts)}), but Ray gets "
+            f"ray_kwargs.ray_init.num_gpus={num_gpus}. Lower trainer.n_gpus_per_node"
+            + (" or actor_rollout_ref.rollout.n_gpus_per_node" if split else "")
+            + f", or raise ray_kwargs.ray_init.num_gpus to {total_gpus} (on CPU each 'GPU' is one process, "
+            "not a device)"
+            + ("; one device fits the colocated recipe (+recipe=prime_lora_colocated)." if split else "."),
+        )
+
+    num_cpus = _get(config, "ray_kwargs.ray_init.num_cpus")
+    if num_cpus is None:
+        return
+    pool_cpus = CPUS_PER_POOL_GPU * (trainer_gpus + reward_gpus) + CPUS_PER_STANDALONE_ROLLOUT_GPU * rollout_gpus
+    units_key = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+    v1_queue = bool(_get(config, "trainer.use_v1", True)) or bool(_get(config, "transfer_queue.enable", False))
+    simple = _get(config, "transfer_queue.backend.storage_backend", "SimpleStorage") == "SimpleStorage"
+    units = int(_get(config, units_key, 0)) if v1_queue and simple else 0
+    held = (1 + units if v1_queue else 0) + pool_cpus
+    if held <= float(num_cpus):
+        return
+    holders = (f"the TransferQueue controller (1), {units} storage units ({units_key}), " if v1_queue else "") + (
+        f"the placement groups' {pool_cpus} ({CPUS_PER_POOL_GPU} per trainer/reward-pool GPU, "
+        f"{CPUS_PER_STANDALONE_ROLLOUT_GPU} per standalone rollout GPU)"
+    )
+    problem = (
+        f"the run holds {held} CPUs ({holders}), more than ray_kwargs.ray_init.num_cpus={num_cpus}: one actor "
+        "would stay pending and veRL hang without a message."
+    )
+    room = int(float(num_cpus)) - (held - units)
+    if units > 1 and room >= 1:
+        _fail(units_key, f"is {units}: {problem} Set it <= {room} or raise ray_kwargs.ray_init.num_cpus to {held}.")
+    _fail("ray_kwargs.ray_init.num_cpus", f"is {num_cpus}: {problem} Raise it to {held}.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. model folders
+# ---------------------------------------------------------------------------------------------------
+
+
+def _local_path(value: Any) -> Path | None:
+    """The local path `value` names, or None for a hub id or a remote URL (those are not checked)."""
+    text = str(value)
+    if "://" in text and not text.startswith("file://"):
+        return None
+    text = text.removeprefix("file://")
+    path = Path(text).expanduser()
+    if not path.exists() and _HUB_ID.fullmatch(text):
+        return None
+    return path
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    if any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
+        return True
+    try:  # a tokenizer shipped as remote code
+        return "auto_map" in json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def _check_folder(key: str, value: Any, need_config: bool, need_tokenizer: bool) -> None:
+    path = _local_path(value)
+    if path is None:
+        return
+    if not path.is_dir():
+        _fail(key, f"{value} is not a folder (it {'is a file' if path.exists() else 'does not exist'}).")
+    if need_config and not (path / "config.json").is_file():
+        _fail(key, f"{value} holds no config.json: not a Hugging Face model folder.")
+    if need_tokenizer and not _has_tokenizer(path):
+        _fail(
+            key,
+            f"{value} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken, or a "
+            "tokenizer_config.json with auto_map); save the tokenizer next to the model or set the tokenizer_path.",
+        )
+
+
+def check_model_paths(config: Any) -> None:
+    prefixes = ["actor_rollout_ref.model"]
+    if _is_prime_trainer(config) and _get(config, "prime.prm") is not None:
+        prefixes.append("prime.prm.model")
+    seen: set[tuple[str, bool, bool]] = set()
+    for prefix in prefixes:
+        model, tokenizer = _get(config, f"{prefix}.path"), _get(config, f"{prefix}.tokenizer_path")
+        checks = [(f"{prefix}.path", model, True, tokenizer is None)]
+        if tokenizer is not None:
+            checks.append((f"{prefix}.tokenizer_path", tokenizer, False, True))
+        for key, value, need_config, need_tokenizer in checks:
+            if value is None or (str(value), need_config, need_tokenizer) in seen:
+                continue
+            seen.add((str(value), need_config, need_tokenizer))
+            _check_folder(key, value, need_config, need_tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. data files
+# ---------------------------------------------------------------------------------------------------
+
+
+def _rule_reward(config: Any) -> bool:
+    """Whether veRL's reward manager scores each sample from `data_source` and `reward_model.ground_truth`
+    (reward_loop.py RewardLoopWorker.compute_score: a custom function, or no reward model)."""
+    if _get(config, "reward.reward_manager.source", "register") != "register":
+        return False
+    custom_fn = bool(_get(config, "reward.custom_reward_function.path"))
+    return custom_fn or not _get(config, "reward.reward_model.enable", False)
+
+
+def _entries(config: Any, key: str) -> list[tuple[str, str]]:
+    value = _get(config, key)
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, ListConfig)):
+        return [(f"{key}[{i}]", str(item)) for i, item in enumerate(value)]
+    return [(key, str(value))]
+
+
+def _read_head(key: str, path: Path, columns_wanted: list[str]) -> tuple[dict[str, Any], list[dict]]:
+    """({column: type}, first rows) of a data file, from its schema and a few rows only ({} when unreadable
+    as one JSON object per line: such .json files are not checked)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(path)
+            schema = parquet.schema_arrow
+            columns = [name for name in columns_wanted if name in schema.names]
+            batch = next(parquet.iter_batches(batch_size=FIRST_ROWS, columns=columns), None) if columns else None
+        except Exception as exc:  # noqa: BLE001 - any unreadable file
+            _fail(key, f"{path} is not a readable parquet file: {type(exc).__name__}: {exc}")
+        return {field.name: field.type for field in schema}, batch.to_pylist() if batch is not None else []
+    try:
+        with path.open() as handle:
+            first = json.loads(handle.readline())
+    except (OSError, ValueError):
+        return {}, []
+    if not isinstance(first, dict):
+        return {}, []
+    return {name: type(value).__name__ for name, value in first.items()}, [first]
+
+
+def _is_list(column_type: Any, sample: Any) -> bool:
+    if sample is not None:
+        return isinstance(sample, list)
+    import pyarrow as pa
+
+    return isinstance(column_type, pa.DataType) and (
+        pa.types.is_list(column_type) or pa.types.is_large_list(column_type)
+    )
+
+
+def _has_ground_truth(column_type: Any, rows: list[dict]) -> bool:
+    """A struct column with a `ground_truth` field (parquet), or a dict with that key (JSON lines)."""
+    import pyarrow as pa
+
+    if isinstance(column_type, pa.DataType):
+        return pa.types.is_struct(column_type) and column_type.get_field_index("ground_truth") >= 0
+    return all(isinstance(row.get("reward_model"), dict) and "ground_truth" in row["reward_model"] for row in rows)
+
+
+def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
+    """Check every train/val file; return (key, path, first row) of the first train file for the dry run."""
+    if _get(config, "data.custom_cls.path") is not None:
+        return None
+    prompt_key = str(_get(config, "data.prompt_key", "prompt"))
+    needs_reward = _rule_reward(config)
+    wanted = [prompt_key] + (["data_source", "reward_model", "extra_info"] if needs_reward else [])
+    first: tuple[str, Path, dict] | None = None
+    for key in ("data.train_files", "data.val_files"):
+        for entry_key, value in _entries(config, key):
+            path = _local_path(value)
+            if path is None and "://" in value:
+                continue  # hdfs:// and the like: veRL copies them in
+            path = path or Path(value)
+            if not path.is_file():
+                _fail(entry_key, f"{value} {'is not a file' if path.exists() else 'does not exist'}.")
+            if path.suffix not in DATA_SUFFIXES:
+                _fail(entry_key, f"{value}: veRL's RLHFDataset reads only {', '.join(DATA_SUFFIXES)} files.")
+            types, rows = _read_head(entry_key, path, wanted)
+            if not types:
+                continue
+            found = ", ".join(sorted(types))
+            if prompt_key not in types:
+                _fail(
+                    "data.prompt_key",
+                    f"is {prompt_key!r}, but {path} ({entry_key}) has no such column (columns: {found}).",
+                )
+            sample = rows[0].get(prompt_key) if rows else None
+            if not _is_list(types[prompt_key], sample):
+                _fail(
+                    "data.prompt_key",
+                    f"column {prompt_key!r} of {path} ({entry_key}) is {types[prompt_key]}, not a list of chat "
+                    "messages ({role, content}), which veRL's RLHFDataset passes to the chat template.",
+                )
+            if needs_reward:
+                if "data_source" not in types:
+                    _fail(
+                        entry_key,
+                        f"{path} has no column data_source (columns: {found}); veRL's reward manager passes "
+                        "it to the reward function for every sample.",
+                    )
+                if "reward_model" not in types or not _has_ground_truth(types["reward_model"], rows):
+                    _fail(
+                        entry_key,
+                        f"{path} has no reward_model.ground_truth (columns: {found}"
+                        + (f"; reward_model is {types['reward_model']}" if "reward_model" in types else "")
+                        + "); veRL's reward manager reads row['reward_model']['ground_truth'] for every sample: "
+                        "make reward_model a struct column {ground_truth: ...}.",
+                    )
+            if key == "data.train_files" and first is None:
+                if not rows:
+                    _fail(entry_key, f"{path} has no rows.")
+                first = (entry_key, path, rows[0])
+    return first
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. reward dry run
+# ---------------------------------------------------------------------------------------------------
+
+
+def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | None:
+    """(callable, its name, the config key that selects it) as veRL's reward loop would call it; None to skip."""
+    path = _get(config, "reward.custom_reward_function.path")
+    if path:
+        name = _get(config, "reward.custom_reward_function.name", "compute_score")
+        from verl.trainer.ppo.reward import get_custom_reward_fn
+
+        try:
+            return get_custom_reward_fn(config), f"{path}:{name}", "reward.custom_reward_function.path"
+        except Exception as exc:  # noqa: BLE001 - missing file, import error, missing function
+            key = "reward.custom_reward_function.path"
+            _fail(key, f"cannot load {name!r} from {path}: {type(exc).__name__}: {exc}")
+    if _get(config, "reward.sandbox_fusion.url") or str(data_source) in CODE_DATA_SOURCES:
+        return None
+    from verl.utils.reward_score import default_compute_score
+
+    return default_compute_score, "veRL's default_compute_score", "reward.custom_reward_function.path"
+
+
+def _required_info_keys(config: Any) -> list[tuple[str, str]]:
+    required = []
+    if _is_prime_trainer(config):
+        required.append(("prime.prm.label_key", str(_get(config, "prime.prm.label_key", "acc"))))
+    if PROMPT_FILTER_SAMPLER in str(_get(config, "trainer.v1.sampler.custom_sampler.path", "")):
+        key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
+        required.append((key, str(_get(config, key, "acc"))))
+    return required
+
+
+def dry_run_reward(config: Any, entry_key: str, path: Path, row: dict) -> None:
+    """Score `row` (row 0 of `path`) with the configured reward function, as veRL's reward manager would."""
+    if not _rule_reward(config):
+        return
+    data_source = row.get("data_source")
+    selected = _reward_function(config, data_source)
+    if selected is None:
+        return
+    fn, name, fn_key = selected
+    ground_truth = (row.get("reward_model") or {}).get("ground_truth")
+    response = f"<think>x</think> \\boxed{{{ground_truth}}}"
+    extra_info = dict(row.get("extra_info") or {})
+    extra_info.update(num_turns=2, rollout_reward_scores={})  # what veRL's reward managers add
+    where = f"row 0 of {path} ({entry_key})"
+    try:
+        result = fn(data_source=data_source, solution_str=response, ground_truth=ground_truth, extra_info=extra_info)
+        if inspect.isawaitable(result):
+            result = asyncio.run(result)
+    except Exception as exc:  # noqa: BLE001 - reported with the row
+        _fail(
+            fn_key,
+            f"the reward function {name} raised on {where} (data_source={data_source!r}, "
+            f"ground_truth={ground_truth!r}): {type(exc).__name__}: {exc}",
+        )
+    if isinstance(result, dict):
+        keys = sorted(result)
+        if "score" not in result:
+            _fail(fn_key, f"the reward function {name} returned a dict without 'score' (keys: {keys}) on {where}.")
+        returned = f"returned the keys {keys}"
+    else:
+        keys = ["acc"]
+        returned = f"returned the number {result!r}, which veRL records as 'acc' only"
+    for key, needed in _required_info_keys(config):
+        if needed not in keys:
+            _fail(key, f"is {needed!r}, but the reward function {name} {returned} on {where}.")
