@@ -64,8 +64,10 @@ def main():
             times[name].append(time.perf_counter() - start)
 
     base = statistics.median(times["grpo_vectorized (veRL)"])
-    print(f"batch {tuple(rewards.shape)}, 64 groups of 16, torch threads {torch.get_num_threads()}, "
-          f"median of {args.repeats}")
+    print(
+        f"batch {tuple(rewards.shape)}, 64 groups of 16, torch threads {torch.get_num_threads()}, "
+        f"median of {args.repeats}"
+    )
     print(f"{'estimator':<28} {'median ms':>10} {'ratio vs grpo_vectorized':>26}")
     for name, samples in times.items():
         median = statistics.median(samples)

@@ -47,8 +47,15 @@ def main() -> int:
     for seed in args.seeds:
         for name in args.estimators:
             print(f"== {name}, seed {seed}", flush=True)
-            run = run_learning(name, assets, out / f"{name}_seed{seed}", args.steps, args.test_freq,
-                               overrides=args.overrides, seed=seed)
+            run = run_learning(
+                name,
+                assets,
+                out / f"{name}_seed{seed}",
+                args.steps,
+                args.test_freq,
+                overrides=args.overrides,
+                seed=seed,
+            )
             run.name = f"{name} (seed {seed})" if len(args.seeds) > 1 else name
             val = run.val_accuracy()
             summary = summarize(run, target=val[0][1] + args.gain if val else None)
@@ -61,13 +68,21 @@ def main() -> int:
         baseline = next((s for s in summaries if s["seed"] == summary["seed"] and s["estimator"] == "grpo"), None)
         summary["step_time_vs_grpo"] = (
             summary["median_step_s"] / baseline["median_step_s"]
-            if baseline and baseline["median_step_s"] and summary["median_step_s"] else None
+            if baseline and baseline["median_step_s"] and summary["median_step_s"]
+            else None
         )
     print(table(summaries, args.gain))
-    (out / "learning.json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items() if k != "out"},
-         "summaries": summaries,
-         "runs": [{"name": r.name, "steps": r.steps, "wall": r.wall} for r in runs]}, indent=1) + "\n")
+    (out / "learning.json").write_text(
+        json.dumps(
+            {
+                "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
+                "summaries": summaries,
+                "runs": [{"name": r.name, "steps": r.steps, "wall": r.wall} for r in runs],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     plot = plot_runs(runs, out / "learning.png", f"chain arithmetic on CPU, {args.steps} steps")
     print(f"json: {out / 'learning.json'}\nplot: {plot}")
     return 0 if all(s["returncode"] == 0 for s in summaries) else 1
@@ -77,21 +92,26 @@ def table(summaries: list[dict], gain: float) -> str:
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    head = f"{'run':<20} {'seed':>4} {'start':>6} {'final':>6} {'best':>6} {'steps to +' + format(gain, '.2f'):>14} " \
-           f"{'s/step':>7} {'vs grpo':>8} {'PRM dpo_acc (last 5)':>21}"
+    head = (
+        f"{'run':<20} {'seed':>4} {'start':>6} {'final':>6} {'best':>6} {'steps to +' + format(gain, '.2f'):>14} "
+        f"{'s/step':>7} {'vs grpo':>8} {'PRM dpo_acc (last 5)':>21}"
+    )
     lines = [head, "-" * len(head)]
     for s in summaries:
         lines.append(
             f"{s['estimator']:<20} {s['seed']:>4} {cell(s['start_acc'], '.3f'):>6} {cell(s['final_acc'], '.3f'):>6} "
-            f"{cell(s['best_acc'], '.3f'):>6} {cell(s['steps_to_target'], 'd'):>14} {cell(s['median_step_s'], '.2f'):>7} "
+            f"{cell(s['best_acc'], '.3f'):>6} {cell(s['steps_to_target'], 'd'):>14} "
+            f"{cell(s['median_step_s'], '.2f'):>7} "
             f"{cell(s['step_time_vs_grpo'], '.2f'):>8} {cell(s['prm_dpo_acc_last5'], '.3f'):>21}"
         )
     by_estimator = {}
     for s in summaries:
         if s["final_acc"] is not None and s["start_acc"] is not None:
             by_estimator.setdefault(s["estimator"], []).append(s["final_acc"] - s["start_acc"])
-    lines.append("mean gain over seeds: " + ", ".join(
-        f"{name} {statistics.mean(gains):+.3f}" for name, gains in by_estimator.items()))
+    lines.append(
+        "mean gain over seeds: "
+        + ", ".join(f"{name} {statistics.mean(gains):+.3f}" for name, gains in by_estimator.items())
+    )
     return "\n".join(lines)
 
 

@@ -103,7 +103,11 @@ def run(name: str, overrides: list[str], workdir: Path, timeout_s: float) -> dic
 def summarise(result: dict) -> dict:
     steps = result["steps"]
     timed = [s["timing_s/step"] for s in steps[1:]] or [s["timing_s/step"] for s in steps]
-    out = {"step_s_median": statistics.median(timed), "n_steps": len(steps), "pool_rss_peak_gb": result["pool_rss_peak_gb"]}
+    out = {
+        "step_s_median": statistics.median(timed),
+        "n_steps": len(steps),
+        "pool_rss_peak_gb": result["pool_rss_peak_gb"],
+    }
     for key in sorted({k for s in steps for k in s if k.startswith("timing_s/prm") or k == "timing_s/adv"}):
         values = [s[key] for s in steps[1:] if key in s] or [s[key] for s in steps if key in s]
         out[key] = statistics.median(values)
@@ -136,12 +140,16 @@ def main() -> None:
         args.train = args.train or str(workdir / "assets" / "data" / "train.parquet")
         args.val = args.val or str(workdir / "assets" / "data" / "test.parquet")
     recipes = args.recipes or ("prime_lora_colocated" if cuda else "prime_lora_colocated,cpu")
-    tiny_sizes = [] if not tiny else [
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.model.lora_rank=8",
-        "actor_rollout_ref.model.lora_alpha=16",
-        "actor_rollout_ref.model.target_modules=all-linear",
-    ]
+    tiny_sizes = (
+        []
+        if not tiny
+        else [
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.lora_alpha=16",
+            "actor_rollout_ref.model.target_modules=all-linear",
+        ]
+    )
     common = [
         f"+recipe=[{recipes}]",
         *tiny_sizes,

@@ -82,7 +82,9 @@ def test_splits_are_disjoint_and_sft_data_avoid_held_out_questions(splits):
     shortcuts = sum(text == chain.shortcut for chain, text in drawn)
     assert shortcuts + sum(text == chain.solution for chain, text in drawn) == len(drawn)
     assert 0.78 < shortcuts / len(drawn) < 0.82
-    assert all(text == chain.solution for chain, text in (next(ct.sft_texts(0, 3, 5, held_out, 0.0)) for _ in range(100)))
+    assert all(
+        text == chain.solution for chain, text in (next(ct.sft_texts(0, 3, 5, held_out, 0.0)) for _ in range(100))
+    )
 
 
 def test_same_seed_same_rows_other_seed_other_rows():
@@ -168,8 +170,11 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id
     # what veRL and vLLM load from disk scores what the stop rule measured in memory
     held_out_chains = ct.make_splits(0, {"sft_eval": 200, "test": 50, "train": 200})["sft_eval"]
-    held_out = ct.HeldOut([ct.prompt_text(tokenizer, c) for c in held_out_chains], [c.answer for c in held_out_chains],
-                          stats["response_tokens_max"] + 8)
+    held_out = ct.HeldOut(
+        [ct.prompt_text(tokenizer, c) for c in held_out_chains],
+        [c.answer for c in held_out_chains],
+        stats["response_tokens_max"] + 8,
+    )
     assert held_out.greedy_accuracy(model, tokenizer) == stats["greedy_acc"]
 
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft ")]

@@ -39,8 +39,9 @@ def ref_mean_std(values):
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def ref_prime_grpo(rewards, mask, index, process, gamma=1.0, threshold=1e-2, norm=True, c_o=1.0, c_p=1.0,
-                   process_norm="sequence"):
+def ref_prime_grpo(
+    rewards, mask, index, process, gamma=1.0, threshold=1e-2, norm=True, c_o=1.0, c_p=1.0, process_norm="sequence"
+):
     """`sequence`: statistics of z_i = Σ_t r m, baseline μ_g/L_i per token; `token`: statistics of r̄_i."""
     rewards, mask = rewards.tolist(), mask.tolist()
     process = None if process is None else process.tolist()
@@ -109,8 +110,9 @@ def make_batch(seed, groups=(3, 1, 4), T=7, shuffle=True, empty_rows=(), dtype=t
 
 
 def algo_config(**prime):
-    return OmegaConf.create({"gamma": prime.pop("gamma", 1.0), "norm_adv_by_std_in_grpo": prime.pop("norm", True),
-                             "prime": prime})
+    return OmegaConf.create(
+        {"gamma": prime.pop("gamma", 1.0), "norm_adv_by_std_in_grpo": prime.pop("norm", True), "prime": prime}
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,8 +135,9 @@ def test_prime_grpo_matches_reference(gamma, norm, process_norm):
 @pytest.mark.parametrize("gamma", [1.0, 0.95])
 def test_prime_rloo_matches_reference(gamma):
     rewards, mask, index, process = make_batch(1, groups=(2, 5, 1, 3))
-    adv, _ = get_adv_estimator_fn("prime_rloo")(rewards, mask, index, config=algo_config(gamma=gamma),
-                                                process_rewards=process)
+    adv, _ = get_adv_estimator_fn("prime_rloo")(
+        rewards, mask, index, config=algo_config(gamma=gamma), process_rewards=process
+    )
     torch.testing.assert_close(adv, ref_prime_rloo(rewards, mask, index, process, gamma), rtol=1e-10, atol=1e-10)
 
 
@@ -182,8 +185,9 @@ def test_discounted_suffix_sum_long_rows_no_underflow():
 
 def test_whitening_is_masked_and_optional():
     rewards, mask, index, process = make_batch(5)
-    adv, ret = ca.compute_prime_grpo_advantage(rewards, mask, index, config=algo_config(whiten_advantages=True),
-                                               process_rewards=process)
+    adv, ret = ca.compute_prime_grpo_advantage(
+        rewards, mask, index, config=algo_config(whiten_advantages=True), process_rewards=process
+    )
     valid = mask.bool()
     assert abs(adv[valid].mean().item()) < 1e-9
     assert abs(adv[valid].std().item() - 1.0) < 1e-6
@@ -203,8 +207,9 @@ def test_composed_estimator_reuses_any_registered_outcome_estimator():
     process_part = ca.sequence_norm_process_advantage(process, mask, ca.group_ids(index, "cpu")) * mask
     torch.testing.assert_close(adv, rpp.to(adv.dtype) * mask + process_part)
     with pytest.raises(ValueError, match="process_baseline"):
-        get_adv_estimator_fn("prime")(rewards, mask, index, config=algo_config(process_baseline="nope"),
-                                      process_rewards=process)
+        get_adv_estimator_fn("prime")(
+            rewards, mask, index, config=algo_config(process_baseline="nope"), process_rewards=process
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,8 +317,9 @@ def test_composed_group_norm_follows_process_norm():
         expected = ref_prime_grpo(rewards, mask, index, process, process_norm=process_norm)
         torch.testing.assert_close(composed, expected, rtol=1e-6, atol=1e-6)  # veRL's grpo: float32 inside
     with pytest.raises(ValueError, match="process_norm"):
-        get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=algo_config(process_norm="length"),
-                                           process_rewards=process)
+        get_adv_estimator_fn("prime_grpo")(
+            rewards, mask, index, config=algo_config(process_norm="length"), process_rewards=process
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +381,9 @@ def test_permuting_rows_permutes_advantages(batch, perm_seed, name):
 def test_zero_process_rewards_give_outcome_only(batch, name):
     rewards, mask, index, process = batch
     fn = get_adv_estimator_fn(name)
-    zero, _ = fn(rewards, mask, index, config=algo_config(process_std_threshold=0.0),
-                 process_rewards=torch.zeros_like(process))
+    zero, _ = fn(
+        rewards, mask, index, config=algo_config(process_std_threshold=0.0), process_rewards=torch.zeros_like(process)
+    )
     none, _ = fn(rewards, mask, index, config=algo_config())
     torch.testing.assert_close(zero, none)
 
@@ -415,8 +422,9 @@ def test_finite_on_degenerate_batches(case, dtype, name, whiten):
     index = np.concatenate([index, np.array(["pad_0", "pad_1"], dtype=object)])
     pad = torch.zeros(2, mask.shape[1], dtype=dtype)
     rewards, mask, process = (torch.cat([t, pad]) for t in (rewards, mask, process))
-    adv, ret = get_adv_estimator_fn(name)(rewards, mask, index, config=algo_config(whiten_advantages=whiten),
-                                          process_rewards=process)
+    adv, ret = get_adv_estimator_fn(name)(
+        rewards, mask, index, config=algo_config(whiten_advantages=whiten), process_rewards=process
+    )
     assert adv.dtype == torch.float32
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     assert torch.all(adv[mask == 0] == 0)
@@ -433,8 +441,9 @@ def test_implicit_rewards_and_sequence_logits():
     m = torch.tensor([[1, 1, 1], [1, 1, 0]])
     r = ca.implicit_process_rewards(lp, lr, m, beta=0.05)
     torch.testing.assert_close(r, torch.tensor([[0.025, -0.05, 0.0], [0.025, 0.0, 0.0]], dtype=torch.float64))
-    torch.testing.assert_close(ca.prm_sequence_logits(lp, lr, m, 0.05), torch.tensor([-0.025, 0.025],
-                                                                                    dtype=torch.float64))
+    torch.testing.assert_close(
+        ca.prm_sequence_logits(lp, lr, m, 0.05), torch.tensor([-0.025, 0.025], dtype=torch.float64)
+    )
     assert ca.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
 
 
@@ -442,8 +451,10 @@ def test_bce_loss_matches_formula_and_skips_empty_rows():
     z = torch.tensor([0.3, -2.0, 40.0, 7.0], dtype=torch.float64, requires_grad=True)
     y = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     m = torch.tensor([[1, 1], [1, 0], [1, 1], [0, 0]])  # last row: empty response
-    per_row = [-(yi * math.log(1 / (1 + math.exp(-zi))) + (1 - yi) * math.log(1 - 1 / (1 + math.exp(-zi))))
-               for zi, yi in zip(z.tolist()[:2], y.tolist()[:2])]
+    per_row = [
+        -(yi * math.log(1 / (1 + math.exp(-zi))) + (1 - yi) * math.log(1 - 1 / (1 + math.exp(-zi))))
+        for zi, yi in zip(z.tolist()[:2], y.tolist()[:2])
+    ]
     per_row.append(40.0 + math.log1p(math.exp(-40.0)))  # −log(1 − σ(40)), exact in logits form
     loss = ca.prm_bce_loss(z, y, m)
     assert loss.item() == pytest.approx(sum(per_row) / 3, rel=1e-12)
@@ -459,9 +470,13 @@ def test_balanced_label_weights_by_hand():
     y = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     m = torch.tensor([[1], [1], [1], [1], [0]])  # last row: empty response (it counts nowhere)
     # 4 valid rows, 1 right and 3 wrong: right gets 4/(2·1) = 2, each wrong 4/(2·3) = 2/3
-    torch.testing.assert_close(ca.balanced_label_weights(y, m), torch.tensor([2, 2 / 3, 2 / 3, 2 / 3, 0], dtype=torch.float64))
+    torch.testing.assert_close(
+        ca.balanced_label_weights(y, m), torch.tensor([2, 2 / 3, 2 / 3, 2 / 3, 0], dtype=torch.float64)
+    )
     one_class = torch.zeros(5, dtype=torch.float64)
-    torch.testing.assert_close(ca.balanced_label_weights(one_class, m), torch.tensor([1, 1, 1, 1, 0], dtype=torch.float64))
+    torch.testing.assert_close(
+        ca.balanced_label_weights(one_class, m), torch.tensor([1, 1, 1, 1, 0], dtype=torch.float64)
+    )
     z = torch.tensor([0.5, -1.0, 2.0, 0.0, 3.0], dtype=torch.float64)
     w = ca.balanced_label_weights(y, m)
     bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
@@ -553,10 +568,19 @@ def test_pairwise_accuracy_perfect_and_inverted():
     assert ca.prm_pairwise_accuracy(z, torch.zeros(5), index, m, mixed_only=True).item() == 0.5  # no pair at all
 
 
-@pytest.mark.parametrize("acc, full_at, weight", [
-    (0.3, 0.75, 0.0), (0.5, 0.75, 0.0), (0.625, 0.75, 0.5), (0.75, 0.75, 1.0), (0.9, 0.75, 1.0),
-    (0.55, 0.6, 0.5), (0.2, None, 1.0), (1.0, 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    "acc, full_at, weight",
+    [
+        (0.3, 0.75, 0.0),
+        (0.5, 0.75, 0.0),
+        (0.625, 0.75, 0.5),
+        (0.75, 0.75, 1.0),
+        (0.9, 0.75, 1.0),
+        (0.55, 0.6, 0.5),
+        (0.2, None, 1.0),
+        (1.0, 1.0, 1.0),
+    ],
+)
 def test_process_gate_weight(acc, full_at, weight):
     assert ca.process_gate_weight(acc, full_at) == pytest.approx(weight)
 
@@ -589,22 +613,27 @@ def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("index, expected", [
-    (np.array([-5, 3, -5, 10**15, 3]), [0, 1, 0, 2, 1]),  # negative and huge int64 ids
-    (torch.tensor([-1, -1, 7]), [0, 0, 1]),
-    ([2**70, -(2**70), 2**70], [0, 1, 0]),  # Python ints past int64
-    (np.array([2**70, "b", None, "b", 2**70], dtype=object), [0, 1, 2, 1, 0]),  # mixed, unorderable types
-    (np.array(["uid-b", "uid-a", "uid-b"]), [0, 1, 0]),
-    (np.array([], dtype=object), []),
-])
+@pytest.mark.parametrize(
+    "index, expected",
+    [
+        (np.array([-5, 3, -5, 10**15, 3]), [0, 1, 0, 2, 1]),  # negative and huge int64 ids
+        (torch.tensor([-1, -1, 7]), [0, 0, 1]),
+        ([2**70, -(2**70), 2**70], [0, 1, 0]),  # Python ints past int64
+        (np.array([2**70, "b", None, "b", 2**70], dtype=object), [0, 1, 2, 1, 0]),  # mixed, unorderable types
+        (np.array(["uid-b", "uid-a", "uid-b"]), [0, 1, 0]),
+        (np.array([], dtype=object), []),
+    ],
+)
 def test_group_ids_are_dense_for_any_hashable_uids(index, expected):
     gid = ca.group_ids(index, "cpu")
     assert gid.dtype == torch.long and gid.tolist() == expected
 
 
 @settings(max_examples=40, deadline=None)
-@given(keys=st.lists(st.integers(-(2**80), 2**80), min_size=3, max_size=3, unique=True),
-       name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]))
+@given(
+    keys=st.lists(st.integers(-(2**80), 2**80), min_size=3, max_size=3, unique=True),
+    name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]),
+)
 def test_integer_uids_group_as_their_string_form(keys, name):
     """An estimator gives the same advantages whether the uids are strings or ints of any sign and size."""
     rewards, mask, index, process = make_batch(3)

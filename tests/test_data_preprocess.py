@@ -47,7 +47,16 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.mark.parametrize(
     "value,text",
-    [(27.0, "27"), (2.5, "2.5"), (7, "7"), (None, ""), (math.nan, ""), (" 5 ", "5"), (["$x$"], "$x$"), ([1, 2], "1, 2")],
+    [
+        (27.0, "27"),
+        (2.5, "2.5"),
+        (7, "7"),
+        (None, ""),
+        (math.nan, ""),
+        (" 5 ", "5"),
+        (["$x$"], "$x$"),
+        ([1, 2], "1, 2"),
+    ],
 )
 def test_as_text(pp, value, text):
     assert pp["common"].as_text(value) == text

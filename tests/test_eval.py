@@ -27,8 +27,10 @@ def test_checkpoint_step_and_lora_rank(tmp_path):
 
 
 def test_table_and_plot(tmp_path):
-    table = {"base": {"aime24": 0.1, "math500": 0.5, "average": 0.3},
-             "c/global_step_50/adapter": {"aime24": 0.2, "math500": 0.6, "average": 0.4}}
+    table = {
+        "base": {"aime24": 0.1, "math500": 0.5, "average": 0.3},
+        "c/global_step_50/adapter": {"aime24": 0.2, "math500": 0.6, "average": 0.4},
+    }
     text = ev.format_table(table)
     assert "| model | aime24 | math500 | average |" in text and "| base | 10.0 | 50.0 | 30.0 |" in text
     ev.plot_accuracy(table, tmp_path / "acc.png")
@@ -37,7 +39,9 @@ def test_table_and_plot(tmp_path):
 
 def test_bad_benchmark_rows_are_named(tmp_path):
     path = tmp_path / "b.parquet"
-    pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1?"}]], "reward_model": [{"style": "rule"}]}).to_parquet(path)
+    pd.DataFrame({"prompt": [[{"role": "user", "content": "1+1?"}]], "reward_model": [{"style": "rule"}]}).to_parquet(
+        path
+    )
     with pytest.raises(ValueError, match="row 0 has no reward_model.ground_truth"):
         ev.load_benchmark(path)
     with pytest.raises(SystemExit):
@@ -59,13 +63,34 @@ def test_vllm_cpu_eval_with_adapter(tmp_path):
     model.save_pretrained(adapter)
 
     out, plot = tmp_path / "results.json", tmp_path / "acc.png"
-    report = ev.main([
-        "--base", str(paths["model"]), "--adapters", str(adapter),
-        "--benchmarks", f"tiny={paths['test']}", f"tiny_again={paths['test']}",
-        "--n", "1", "--temperature", "0", "--max_tokens", "12", "--max_model_len", "256",
-        "--gpu_memory_utilization", "0.1", "--enforce_eager", "--dtype", "float32",
-        "--out", str(out), "--plot", str(plot),
-    ])
+    report = ev.main(
+        [
+            "--base",
+            str(paths["model"]),
+            "--adapters",
+            str(adapter),
+            "--benchmarks",
+            f"tiny={paths['test']}",
+            f"tiny_again={paths['test']}",
+            "--n",
+            "1",
+            "--temperature",
+            "0",
+            "--max_tokens",
+            "12",
+            "--max_model_len",
+            "256",
+            "--gpu_memory_utilization",
+            "0.1",
+            "--enforce_eager",
+            "--dtype",
+            "float32",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+        ]
+    )
     saved = json.loads(out.read_text())
     assert saved["pass@1"] == report["pass@1"]
     assert set(saved["pass@1"]) == {ev.BASE_LABEL, str(adapter)}

@@ -35,8 +35,12 @@ def test_seed_overrides_compose(recipe):
 
 
 def test_baseline_overrides_compose_without_prm():
-    cfg = compose_ppo("+recipe=prime_lora", *seed_overrides("SEED_ARGS"), "algorithm.adv_estimator=grpo",
-                      "trainer.v1.trainer_mode=separate_async")
+    cfg = compose_ppo(
+        "+recipe=prime_lora",
+        *seed_overrides("SEED_ARGS"),
+        "algorithm.adv_estimator=grpo",
+        "trainer.v1.trainer_mode=separate_async",
+    )
     assert (cfg.algorithm.adv_estimator, cfg.trainer.v1.trainer_mode) == ("grpo", "separate_async")
 
 

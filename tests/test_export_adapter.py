@@ -20,8 +20,13 @@ def write_checkpoint(root, update_size=None):
     tokens, the trained model's logits on them, the trained model)."""
     paths = write_assets(root / "tiny", train_size=4, test_size=2)
     torch.manual_seed(0)
-    config = LoraConfig(r=8, lora_alpha=32, lora_dropout=0.05, init_lora_weights=False,
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    config = LoraConfig(
+        r=8,
+        lora_alpha=32,
+        lora_dropout=0.05,
+        init_lora_weights=False,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(paths["model"]), config).eval()
     with torch.no_grad():
         if update_size is not None:
@@ -39,8 +44,9 @@ def write_checkpoint(root, update_size=None):
     model.base_model.model.config.save_pretrained(actor / "huggingface")
     AutoTokenizer.from_pretrained(paths["model"]).save_pretrained(actor / "huggingface")
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
-    (actor / "lora_train_meta.json").write_text(json.dumps({"r": 8, "lora_alpha": 32, "task_type": "CAUSAL_LM",
-                                                                 "lora_dropout": 0.05}))
+    (actor / "lora_train_meta.json").write_text(
+        json.dumps({"r": 8, "lora_alpha": 32, "task_type": "CAUSAL_LM", "lora_dropout": 0.05})
+    )
     tokens = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(tokens).logits
@@ -59,8 +65,15 @@ def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
     # r/alpha from veRL's merger, dropout from the plugin's entry in lora_train_meta.json
     assert (adapter_config["r"], adapter_config["lora_alpha"], adapter_config["lora_dropout"]) == (8, 32, 0.05)
     assert adapter_config["base_model_name_or_path"] == str(base_path)
-    assert set(adapter_config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                     "up_proj", "down_proj"}
+    assert set(adapter_config["target_modules"]) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
 
     base = AutoModelForCausalLM.from_pretrained(base_path)
     peft_model = PeftModel.from_pretrained(base, paths["adapter"]).eval()

@@ -32,17 +32,26 @@ FIRST_IMPORT = textwrap.dedent("""
 
 
 def run_python(code, tmp_path, **env):
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, **env})
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return run
 
 
-@pytest.mark.parametrize("module", [
-    "verl_prime_lora.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
-    "verl_prime_lora.prm_worker",  # the same, through core_algos (and Ray workers unpickle it first)
-    "verl_prime_lora.prompt_filter",
-])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "verl_prime_lora.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
+        "verl_prime_lora.prm_worker",  # the same, through core_algos (and Ray workers unpickle it first)
+        "verl_prime_lora.prompt_filter",
+    ],
+)
 def test_any_module_imports_before_verl_and_registration_happens_once(module, tmp_path):
     run = run_python(FIRST_IMPORT.format(module=module), tmp_path)
     assert "ERROR" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-3000:]
@@ -56,7 +65,8 @@ def test_any_module_imports_before_verl_and_registration_happens_once(module, tm
 
 
 def test_package_logs_without_any_logging_setup_and_never_twice(tmp_path):
-    run = run_python(textwrap.dedent("""
+    run = run_python(
+        textwrap.dedent("""
         import logging
         import verl_prime_lora.export_adapter
         log = logging.getLogger("verl_prime_lora.export_adapter")
@@ -64,7 +74,9 @@ def test_package_logs_without_any_logging_setup_and_never_twice(tmp_path):
         logging.basicConfig(level=logging.WARNING)  # as `import verl` does
         log.info("after the root got a handler")
         logging.getLogger("verl_prime_lora.export_adapter").debug("a DEBUG line")
-    """), tmp_path)
+    """),
+        tmp_path,
+    )
     assert run.stderr.count("before any setup") == 1 and run.stderr.count("after the root got a handler") == 1
     assert "a DEBUG line" not in run.stderr
 
@@ -72,6 +84,12 @@ def test_package_logs_without_any_logging_setup_and_never_twice(tmp_path):
 def test_logging_level_comes_from_its_environment_variable(tmp_path):
     code = "import logging, verl_prime_lora; logging.getLogger('verl_prime_lora.trainer_x').info('an INFO line')"
     assert "an INFO line" not in run_python(code, tmp_path, VERL_PRIME_LORA_LOGGING_LEVEL="warning").stderr
-    bad = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "VERL_PRIME_LORA_LOGGING_LEVEL": "loud"})
+    bad = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VERL_PRIME_LORA_LOGGING_LEVEL": "loud"},
+    )
     assert bad.returncode != 0 and "VERL_PRIME_LORA_LOGGING_LEVEL='loud' is not a logging level" in bad.stderr

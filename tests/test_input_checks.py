@@ -364,10 +364,20 @@ def test_main_ppo_fails_before_ray_on_an_empty_model_folder(assets, tmp_path):
     empty.mkdir()
     env = dict(os.environ, HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=[prime_lora_colocated,cpu]",
-         f"data.train_files={assets['train']}", f"data.val_files={assets['test']}",
-         f"actor_rollout_ref.model.path={empty}"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            "+recipe=[prime_lora_colocated,cpu]",
+            f"data.train_files={assets['train']}",
+            f"data.val_files={assets['test']}",
+            f"actor_rollout_ref.model.path={empty}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode != 0
     expected = f"InputCheckError: actor_rollout_ref.model.path: {empty} holds no config.json"

@@ -45,13 +45,21 @@ def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target), "HYDRA_FULL_ERROR": "1"}
     run = subprocess.run(
         [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=prime_lora", "--cfg", "job"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "adv_estimator: prime_grpo" in run.stdout
     assert "\nrecipe:" not in run.stdout
     where = subprocess.run(
         [sys.executable, "-c", "import verl_prime_lora.hydra_search_path as h; print(h.config_root())"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert where.stdout.strip() == str(target / "verl_prime_lora"), where.stderr[-2000:]

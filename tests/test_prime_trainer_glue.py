@@ -151,16 +151,28 @@ def test_driver_validation_wraps_verl_validate_config():
 
     assert getattr(verl_config.validate_config, "_verl_prime_lora_patched", False)
     with pytest.raises(PrimeConfigError, match=r"^actor_rollout_ref\.rollout\.n:"):
-        verl_config.validate_config(colocated("actor_rollout_ref.rollout.n=1"), use_reference_policy=False, use_critic=False)
+        verl_config.validate_config(
+            colocated("actor_rollout_ref.rollout.n=1"), use_reference_policy=False, use_critic=False
+        )
 
 
 def test_main_ppo_fails_before_ray_with_the_key(tmp_path):
     """The real entry point: the error comes from the driver, before `ray.init` (no Ray log line)."""
     env = dict(os.environ, HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=prime_lora_colocated",
-         "actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.n=1"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            "+recipe=prime_lora_colocated",
+            "actor_rollout_ref.model.path=/m",
+            "actor_rollout_ref.rollout.n=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode != 0
     assert "PrimeConfigError: actor_rollout_ref.rollout.n:" in proc.stderr
@@ -175,16 +187,29 @@ def test_main_ppo_fails_before_ray_with_the_key(tmp_path):
 def _tiny_causal_lm():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     return Qwen2ForCausalLM(cfg)
 
 
 def _engine_stub(dropout):
     model_config = SimpleNamespace(
-        lora_rank=4, lora_alpha=8, target_modules="all-linear", target_parameters=None, exclude_modules=None,
-        lora_adapter_path=None, use_shm=False, lora={"dropout": dropout, "merge": False},
+        lora_rank=4,
+        lora_alpha=8,
+        target_modules="all-linear",
+        target_parameters=None,
+        exclude_modules=None,
+        lora_adapter_path=None,
+        use_shm=False,
+        lora={"dropout": dropout, "merge": False},
     )
     return SimpleNamespace(model_config=model_config)
 
@@ -196,7 +221,11 @@ def test_fsdp_engine_lora_gets_dropout(dropout, tmp_path):
 
     assert getattr(FSDPEngine._build_lora_module, "_verl_prime_lora_patched", False)
     peft_model = FSDPEngine._build_lora_module(_engine_stub(dropout), _tiny_causal_lm())
-    layers = [m.lora_dropout["default"] for m in peft_model.modules() if isinstance(getattr(m, "lora_dropout", None), nn.ModuleDict)]
+    layers = [
+        m.lora_dropout["default"]
+        for m in peft_model.modules()
+        if isinstance(getattr(m, "lora_dropout", None), nn.ModuleDict)
+    ]
     assert layers
     if dropout > 0:
         assert all(isinstance(d, nn.Dropout) and d.p == pytest.approx(dropout) for d in layers)
@@ -277,8 +306,10 @@ def test_prm_loss_matches_the_bce_of_core_algos_with_global_normalisation():
     expected = prm_bce_loss(logits, labels, mask, reduction="sum") * 2 / 4  # x dp_size / global_batch_size
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     # by hand: the padding row is excluded
-    by_hand = sum(-(y * math.log(torch.sigmoid(z).item()) + (1 - y) * math.log(1 - torch.sigmoid(z).item()))
-                  for z, y in zip(logits[:2], labels[:2].tolist()))
+    by_hand = sum(
+        -(y * math.log(torch.sigmoid(z).item()) + (1 - y) * math.log(1 - torch.sigmoid(z).item()))
+        for z, y in zip(logits[:2], labels[:2].tolist())
+    )
     assert loss.item() == pytest.approx(by_hand * 2 / 4, rel=1e-5)
     loss.backward()
     assert seq_lp[0].grad is not None and seq_lp[0].grad.abs().sum() > 0
@@ -293,10 +324,21 @@ def test_prm_loss_weights_each_row_by_its_label_weight():
     assert loss.item() == pytest.approx((1.5 * bce[0] + 0.5 * bce[1]).item() * 2 / 4, rel=1e-6)
 
 
+def test_multi_output_sessions_are_refused_before_any_update():
+    from verl_prime_lora.trainer import refuse_multi_output_sessions
+
+    refuse_multi_output_sessions(["u_1_0", "u_2_0", "my_uid_3_0"], [False, False, False])
+    refuse_multi_output_sessions(["u_1_0", "u_1_1"], [False, True])  # a padding row copies another's key
+    with pytest.raises(NotImplementedError, match=r"^trainer\.v1\.trainer_mode: .*'u_1_1'"):
+        refuse_multi_output_sessions(["u_1_0", "u_1_1"], [False, False])
+
+
 def test_prm_label_column_is_never_the_format_reward():
-    extra = [{"reward_extra_info": {"acc": 1.0, "format": 0.0, "score": 1.0}},
-             NonTensorData({"reward_extra_info": {"acc": 0, "format": 1.0}}),
-             {"reward_extra_info": {}}]
+    extra = [
+        {"reward_extra_info": {"acc": 1.0, "format": 0.0, "score": 1.0}},
+        NonTensorData({"reward_extra_info": {"acc": 0, "format": 1.0}}),
+        {"reward_extra_info": {}},
+    ]
     labels = labels_from_extra_fields(extra, [False, False, True], "acc")
     assert labels.tolist() == [1.0, 0.0, 0.0]  # padding row -> 0 (its response mask is empty anyway)
     with pytest.raises(KeyError, match="prime.prm.label_key"):
@@ -334,11 +376,17 @@ def test_reference_source_picks_the_cheapest_correct_one():
     assert reference_source(colocated("prime.prm.model.path=/other"), False) == REF_FROZEN
     assert reference_source(colocated("actor_rollout_ref.model.lora_rank=0"), False) == REF_FROZEN
     assert reference_source(colocated("prime.prm.reference=policy"), False) == REF_POLICY_T1
-    assert reference_source(colocated("prime.prm.reference=policy", "actor_rollout_ref.rollout.temperature=1.0"), False) == REF_POLICY_OLD
+    assert (
+        reference_source(colocated("prime.prm.reference=policy", "actor_rollout_ref.rollout.temperature=1.0"), False)
+        == REF_POLICY_OLD
+    )
 
 
 def test_prime_trainers_present_their_verl_mode():
-    for cls, base, name in ((PrimeTrainerSync, "sync", "prime_sync"), (PrimeTrainerSeparateAsync, "separate_async", "prime_separate_async")):
+    for cls, base, name in (
+        (PrimeTrainerSync, "sync", "prime_sync"),
+        (PrimeTrainerSeparateAsync, "separate_async", "prime_separate_async"),
+    ):
         trainer = object.__new__(cls)
         trainer.trainer_mode = name  # what PPOTrainer.__init__ assigns
         assert trainer.trainer_mode == base and trainer.prime_trainer_mode == name
@@ -372,8 +420,12 @@ def tiny_model(tmp_path_factory):
 
 
 def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
-    cfg = compose_ppo("+recipe=[prime_lora_colocated,cpu]", f"actor_rollout_ref.model.path={tiny_model}",
-                      "prime.prm.micro_batch_size_per_gpu=2", "prime.prm.optim.lr=3e-6")
+    cfg = compose_ppo(
+        "+recipe=[prime_lora_colocated,cpu]",
+        f"actor_rollout_ref.model.path={tiny_model}",
+        "prime.prm.micro_batch_size_per_gpu=2",
+        "prime.prm.optim.lr=3e-6",
+    )
     wc = build_prm_worker_config(cfg.prime.prm, total_training_steps=11)
     assert wc.model_type == "language_model"
     assert wc.model_config.path == tiny_model and wc.model_config.lora_rank == 0
@@ -413,10 +465,15 @@ def _step_tensors(seed=0):
 
 @pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo"])
 def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
-    
     prm, ref, mask, labels, uid, scores = _step_tensors()  # prm, ref: independent seeded random log-probs
-    algo = OmegaConf.create({"adv_estimator": estimator, "gamma": 1.0, "norm_adv_by_std_in_grpo": True,
-                             "prime": {"process_std_threshold": 0.0}})
+    algo = OmegaConf.create(
+        {
+            "adv_estimator": estimator,
+            "gamma": 1.0,
+            "norm_adv_by_std_in_grpo": True,
+            "prime": {"process_std_threshold": 0.0},
+        }
+    )
     r, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
     assert all(math.isfinite(v) for v in metrics.values())
     assert torch.all(r[5] == 0)
@@ -425,8 +482,9 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     assert torch.all(adv[5] == 0)
 
     perm = [4, 2, 5, 0, 3, 1]  # veRL's _balance_batch reorders rows
-    r_p, metrics_p = prm_rewards_and_metrics(prm[perm], prm[perm], ref[perm], mask[perm], labels[perm],
-                                             np.array([uid[i] for i in perm], dtype=object), 0.05)
+    r_p, metrics_p = prm_rewards_and_metrics(
+        prm[perm], prm[perm], ref[perm], mask[perm], labels[perm], np.array([uid[i] for i in perm], dtype=object), 0.05
+    )
     adv_p, _ = prime_advantages(algo, scores[perm], mask[perm], np.array([uid[i] for i in perm], dtype=object), r_p)
     assert torch.allclose(adv_p, adv[perm], atol=1e-6)
     assert metrics_p == pytest.approx(metrics)  # labels travel with their rows
@@ -440,7 +498,6 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
 
 
 def test_prm_metrics_before_and_after_the_update():
-
     prm, ref, mask, labels, uid, _ = _step_tensors()
     uid = np.array(uid, dtype=object)
     _, m0 = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05, {"loss": 0.7, "grad_norm": 1.0, "lr": 1e-6})

@@ -54,9 +54,15 @@ def fake_tq(monkeypatch):
 
 def make_buffer(cls=AccuracyBandReplayBuffer, refill=None, **options):
     kwargs = {"train_batch_size": 2, "max_response_length": 8, **options}
-    return cls(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
-               max_off_policy_strategy="drop", sampler_kwargs=kwargs, refill_fn=refill or (lambda n: n),
-               poll_interval=0.0)
+    return cls(
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs=kwargs,
+        refill_fn=refill or (lambda n: n),
+        poll_interval=0.0,
+    )
 
 
 def test_band_is_inclusive_and_checks_truncation():
@@ -69,8 +75,9 @@ def test_band_is_inclusive_and_checks_truncation():
     assert BandFilter(0.2, 0.8, drop_truncated=False).reason([1, 0], [3, 8]) is None
 
 
-@given(accs=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=16),
-       lower=st.floats(0, 1), width=st.floats(0, 1))
+@given(
+    accs=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=16), lower=st.floats(0, 1), width=st.floats(0, 1)
+)
 def test_verdict_matches_the_mean_accuracy(accs, lower, width):
     upper = min(1.0, lower + width)
     mean = sum(accs) / len(accs)
@@ -84,8 +91,14 @@ def test_bad_bounds_name_the_key():
     with pytest.raises(ValueError, match="max_response_length"):
         BandFilter(drop_truncated=True, max_response_length=None)
     with pytest.raises(ValueError, match="train_batch_size"):
-        AccuracyBandReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None,
-                                 max_off_policy_strategy="drop", sampler_kwargs={}, refill_fn=lambda n: n)
+        AccuracyBandReplayBuffer(
+            trainer_mode="sync",
+            trainer_config={},
+            max_off_policy_threshold=None,
+            max_off_policy_strategy="drop",
+            sampler_kwargs={},
+            refill_fn=lambda n: n,
+        )
 
 
 def test_sync_sampling_evicts_out_of_band_groups_and_refills(fake_tq):
@@ -114,8 +127,11 @@ def test_sync_sampling_evicts_out_of_band_groups_and_refills(fake_tq):
         accs = [fake_tq.extra[k]["reward_extra_info"]["acc"] for k in batch.keys if k.startswith(uid + "_")]
         assert 0.2 <= sum(accs) / len(accs) <= 0.8
     assert metrics[f"{METRIC_PREFIX}/kept_ratio"] == pytest.approx(3 / 8)
-    assert (metrics[f"{METRIC_PREFIX}/evicted_low"], metrics[f"{METRIC_PREFIX}/evicted_high"],
-            metrics[f"{METRIC_PREFIX}/evicted_truncated"]) == (2, 2, 1)
+    assert (
+        metrics[f"{METRIC_PREFIX}/evicted_low"],
+        metrics[f"{METRIC_PREFIX}/evicted_high"],
+        metrics[f"{METRIC_PREFIX}/evicted_truncated"],
+    ) == (2, 2, 1)
 
 
 def test_async_buffer_evicts_and_refills_one_for_one(fake_tq):
@@ -145,8 +161,13 @@ def test_missing_accuracy_field_is_a_clear_error(fake_tq):
 
 
 def test_factory_matches_the_trainer_mode():
-    kwargs = dict(trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-                  sampler_kwargs={"train_batch_size": 2, "max_response_length": 8}, refill_fn=lambda n: n)
+    kwargs = dict(
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={"train_batch_size": 2, "max_response_length": 8},
+        refill_fn=lambda n: n,
+    )
     assert type(accuracy_band_replay_buffer(trainer_mode="sync", **kwargs)) is AccuracyBandReplayBuffer
     assert type(accuracy_band_replay_buffer(trainer_mode="separate_async", **kwargs)) is AccuracyBandReplayBufferAsync
 

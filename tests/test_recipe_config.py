@@ -42,7 +42,10 @@ def test_recipe_carries_seed_hyperparameters():
     assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (512, 3584)
     assert actor.optim.lr == pytest.approx(1e-6)
     assert (actor.optim.lr_scheduler_type, actor.optim.min_lr_ratio, actor.optim.lr_warmup_steps_ratio) == (
-        "cosine", 0.1, 0.1)
+        "cosine",
+        0.1,
+        0.1,
+    )
 
 
 def test_command_line_overrides_win_over_recipe():
@@ -93,8 +96,9 @@ print(json.dumps({{
 
 def test_import_verl_alone_registers_the_plugin(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}  # veRL's default: "auto"
-    run = subprocess.run([sys.executable, "-c", IMPORT_VERL_ONLY], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_VERL_ONLY], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
     hint = f"`import verl` did not register verl-prime-lora through its `verl.plugins` entry point: {found}"
@@ -103,3 +107,15 @@ def test_import_verl_alone_registers_the_plugin(tmp_path):
     assert {"prime_sync", "prime_separate_async"} <= set(found["trainers"]), hint
     # the Hydra search path: without it `+recipe=prime_lora` becomes a stray key and plain PPO runs
     assert found["recipe_adv_estimator"] == "prime_grpo" and not found["stray_recipe_key"], hint
+
+
+@pytest.mark.parametrize(
+    "recipe, backend", [("prime_lora", "cpu_zmq"), ("prime_lora_colocated", "naive"), (None, "naive")]
+)
+def test_cpu_preset_picks_the_weight_sync_from_the_placement(recipe, backend):
+    """Split layout (hybrid_engine false): vLLM-CPU replicas get weights over `cpu_zmq`; colocated: `naive`."""
+    recipes = "[cpu]" if recipe is None else f"[{recipe},cpu]"
+    cfg = compose_ppo(f"+recipe={recipes}")
+    assert cfg.actor_rollout_ref.rollout.checkpoint_engine.backend == backend
+    explicit = compose_ppo(f"+recipe={recipes}", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl")
+    assert explicit.actor_rollout_ref.rollout.checkpoint_engine.backend == "nccl"

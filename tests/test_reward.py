@@ -266,7 +266,13 @@ def test_scores_through_verl_naive_reward_manager():
     manager = NaiveRewardManager(OmegaConf.create({}), tokenizer, compute_score)
     out = manager.loop.run_until_complete(manager.run_single(data))
     assert out["reward_score"] == 2.0
-    assert out["reward_extra_info"] == {"score": 2.0, "acc": 1.0, "format": 1.0, "pred": r"\frac{1}{2}", "reason": CORRECT}
+    assert out["reward_extra_info"] == {
+        "score": 2.0,
+        "acc": 1.0,
+        "format": 1.0,
+        "pred": r"\frac{1}{2}",
+        "reason": CORRECT,
+    }
 
 
 # ---------------------------------------------------------------------------------------------

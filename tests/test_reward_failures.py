@@ -25,6 +25,7 @@ from verl_prime_lora import prompt_filter
 from verl_prime_lora import reward_failures as rf
 from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.core_algos import balanced_label_weights
+from verl_prime_lora.prime_config import prime_config
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -41,7 +42,6 @@ from verl_prime_lora.reward_failures import (
     RolloutFailureError,
     account_rollouts,
     guarded_score,
-    max_failed_rollout_ratio,
 )
 from verl_prime_lora.trainer import prm_rewards_and_metrics
 
@@ -114,7 +114,11 @@ def test_a_batch_gives_its_failed_rows_the_keys_of_its_scored_rows():
     outputs = rf.complete_key_sets([bad, good])
     assert set(outputs[0]["reward_extra_info"]) == set(good["reward_extra_info"])
     assert outputs[0]["reward_extra_info"] == {
-        "score": 0.0, "acc": 0.0, "reason": "", FAILED_KEY: 1.0, ERROR_KEY: "KeyError: 'ground_truth'"
+        "score": 0.0,
+        "acc": 0.0,
+        "reason": "",
+        FAILED_KEY: 1.0,
+        ERROR_KEY: "KeyError: 'ground_truth'",
     }
     assert outputs[1] is good
 
@@ -212,8 +216,14 @@ def _batch():
     """3 prompts x n=3 asked for: `a` whole (one reward failed), `b` lost rollout 1, `c` lost entirely;
     one padding row (veRL copies the first row's fields into it: it must not count as failed)."""
     keys = ["a_0_0", "a_1_0", "a_2_0", "b_0_0", "b_2_0", "padX_0_0"]
-    fields = [_fields(1.0), _fields(failed=True, error="KeyError: 'x'"), _fields(0.0), _fields(1.0), _fields(0.0),
-              _fields(failed=True, error="KeyError: 'x'")]
+    fields = [
+        _fields(1.0),
+        _fields(failed=True, error="KeyError: 'x'"),
+        _fields(0.0),
+        _fields(1.0),
+        _fields(0.0),
+        _fields(failed=True, error="KeyError: 'x'"),
+    ]
     is_padding = [False] * 5 + [True]
     return keys, is_padding, fields
 
@@ -223,15 +233,17 @@ def test_account_counts_failed_dropped_padding_and_group_sizes():
     account = account_rollouts(keys, is_padding, fields, rollout_n=3, expected_prompts=3)
     assert account.failed_rows == (False, True, False, False, False, False)
     assert account.first_error == "KeyError: 'x'"
-    assert account.metrics() == pytest.approx({
-        "reward/failed_total": 1.0,
-        "reward/failed_ratio": 1 / 9,
-        "prime/dropped_rollouts_total": 4.0,  # b's rollout 1, and all 3 of c
-        "prime/padding_rows_total": 1.0,
-        "prime/group_size_min": 0.0,
-        "prime/group_size_mean": 5 / 3,
-        "prime/failed_rollout_ratio": 5 / 9,
-    })
+    assert account.metrics() == pytest.approx(
+        {
+            "reward/failed_total": 1.0,
+            "reward/failed_ratio": 1 / 9,
+            "prime/dropped_rollouts_total": 4.0,  # b's rollout 1, and all 3 of c
+            "prime/padding_rows_total": 1.0,
+            "prime/group_size_min": 0.0,
+            "prime/group_size_mean": 5 / 3,
+            "prime/failed_rollout_ratio": 5 / 9,
+        }
+    )
 
 
 def test_a_rollout_with_several_rows_counts_once():
@@ -293,12 +305,12 @@ def colocated(*overrides):
 
 def test_the_knob_is_in_the_recipe_and_checked_before_ray():
     config = colocated()
-    assert max_failed_rollout_ratio(config) == 0.0  # the recipe's default: stop at the first failure
+    assert prime_config(config).max_failed_rollout_ratio == 0.0  # the recipe's default: stop at the first failure
     validate_prime_config(config, check_tokenizers=False)
     for bad in ("1.5", "-0.1", "true"):
         with pytest.raises(PrimeConfigError, match=r"^prime.max_failed_rollout_ratio: "):
             validate_prime_config(colocated(f"prime.max_failed_rollout_ratio={bad}"), check_tokenizers=False)
-    assert max_failed_rollout_ratio(colocated("prime.max_failed_rollout_ratio=1.0")) == 1.0
+    assert prime_config(colocated("prime.max_failed_rollout_ratio=1.0")).max_failed_rollout_ratio == 1.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -388,11 +400,14 @@ class _FilterUnderTest(AccuracyBandFilterMixin):
 
 def test_prompt_filter_never_evicts_a_group_with_a_failed_reward(monkeypatch):
     rows = {
-        "low_0_0": _fields(0.0), "low_1_0": _fields(0.0),  # all wrong: evicted
-        "fail_0_0": _fields(0.0), "fail_1_0": _fields(failed=True, error="E: x"),  # wrong + failed: kept
+        "low_0_0": _fields(0.0),
+        "low_1_0": _fields(0.0),  # all wrong: evicted
+        "fail_0_0": _fields(0.0),
+        "fail_1_0": _fields(failed=True, error="E: x"),  # wrong + failed: kept
     }
     monkeypatch.setattr(
-        prompt_filter.tq, "kv_batch_get",
+        prompt_filter.tq,
+        "kv_batch_get",
         lambda keys, partition_id, select_fields: {"extra_fields": [rows[key] for key in keys]},
     )
     band = _FilterUnderTest(rows)

@@ -222,8 +222,7 @@ def prompt_text(tokenizer, chain: Chain) -> str:
 def tokenizer_corpus(chains: list[Chain]) -> list[str]:
     """Chat-formatted prompts plus worked and shortcut solutions, for BPE merges that fit numbers, `=` and `,`."""
     return [
-        f"<|im_start|>user\n{messages(chain)[0]['content']}<|im_end|>\n<|im_start|>assistant\n"
-        f"{solution}<|im_end|>\n"
+        f"<|im_start|>user\n{messages(chain)[0]['content']}<|im_end|>\n<|im_start|>assistant\n{solution}<|im_end|>\n"
         for chain in chains
         for solution in (chain.solution, chain.shortcut)
     ]
@@ -547,9 +546,16 @@ def main() -> None:
     parser.add_argument("--max-ops", type=int, default=5, help="most operands in a problem")
     args = parser.parse_args()
     result = write_warm_assets(
-        args.out, args.seed, args.skill_acc, args.shortcut_share, args.mix_steps, args.habit_lr, args.train_size,
+        args.out,
+        args.seed,
+        args.skill_acc,
+        args.shortcut_share,
+        args.mix_steps,
+        args.habit_lr,
+        args.train_size,
         args.test_size,
-        args.min_ops, args.max_ops,
+        args.min_ops,
+        args.max_ops,
     )
     for name in ("model", "train", "test", "warm_start"):
         print(f"{name}: {result[name]}")

@@ -9,7 +9,9 @@ offending key. It is called
 * again in the PRIME trainers' `__init__` (inside the TaskRunner), for entry points that bypass
   `main_ppo.main`.
 
-It only reads the config (plus the two tokenizers when the PRM has its own model/tokenizer path).
+The `prime.*` and `algorithm.prime.*` keys are checked by building their typed sections
+(`verl_prime_lora.prime_config`); the checks here are those that span sections. It only reads the
+config (plus the two tokenizers when the PRM has its own model/tokenizer path).
 Nothing here imports torch or Ray.
 """
 
@@ -20,19 +22,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_prime_lora.prime_config import PrimeConfigError, advantage_config, prime_config
+
 # trainer.v1.trainer_mode names registered by verl_prime_lora.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.core_algos).
 PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo", "prime")
-UPDATE_MODES = ("before", "after", "none")
-REFERENCE_TYPES = ("init", "policy")
-PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (verl_prime_lora.core_algos.PROCESS_NORMS)
-# Reward-info keys that are not an outcome accuracy and must never become the PRM label.
-FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
-
-
-class PrimeConfigError(ValueError):
-    """A PRIME config problem; the message starts with the offending key."""
 
 
 def _get(config: Any, path: str, default: Any = None) -> Any:
@@ -50,10 +45,6 @@ def _lora_rank(config: Any) -> int:
 def actor_uses_lora(config: Any) -> bool:
     """Mirrors veRL's `ref_in_actor` test (trainer_base.py:234-237)."""
     return _lora_rank(config) > 0 or _get(config, "actor_rollout_ref.model.lora_adapter_path") is not None
-
-
-def is_prime_trainer(config: Any) -> bool:
-    return _get(config, "trainer.v1.trainer_mode") in PRIME_TRAINERS
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:
@@ -138,61 +129,23 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             "silently keep sampling the initial policy (veRL issue #7495).",
         )
 
-    # 4. the PRM block
-    prm = _get(config, "prime.prm")
-    if prm is None:
+    # 4. prime.* and algorithm.prime.*: types, ranges and choices (verl_prime_lora.prime_config)
+    if _get(config, "prime.prm") is None:
         _fail("prime.prm", "is missing; select the recipe with `+recipe=prime_lora` (or _colocated).")
-    update = _get(config, "prime.prm.update", "after")
-    if update not in UPDATE_MODES:
-        _fail("prime.prm.update", f"is {update!r}; choose one of {list(UPDATE_MODES)}.")
-    reference = _get(config, "prime.prm.reference", "init")
-    if reference not in REFERENCE_TYPES:
-        _fail("prime.prm.reference", f"is {reference!r}; choose one of {list(REFERENCE_TYPES)}.")
-    beta = float(_get(config, "prime.prm.beta", 0.05))
-    if not beta > 0:
-        _fail("prime.prm.beta", f"is {beta}; the implicit-reward scale β must be > 0.")
-    label_key = str(_get(config, "prime.prm.label_key", "acc"))
-    if label_key in FORBIDDEN_LABEL_KEYS:
-        _fail(
-            "prime.prm.label_key",
-            f"is {label_key!r}; the PRM label must be the 0/1 outcome accuracy (`acc`), never the "
-            "format reward or the combined score.",
-        )
-    balance = _get(config, "prime.prm.balance_labels", False)
-    if not isinstance(balance, bool):
-        _fail("prime.prm.balance_labels", f"is {balance!r}; true (right and wrong weigh the same) or false.")
+    prm = prime_config(config).prm
+    advantage_config(_get(config, "algorithm"))
+
+    # 5. the PRM's mini-batches against the actor's
     actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
-    prm_mini = int(_get(config, "prime.prm.mini_batch_size", actor_mini) or actor_mini)
-    if prm_mini <= 0 or actor_mini % prm_mini != 0:
+    prm_mini = prm.mini_batch_size or actor_mini
+    if actor_mini % prm_mini != 0:
         _fail(
             "prime.prm.mini_batch_size",
             f"is {prm_mini}; it must divide actor_rollout_ref.actor.ppo_mini_batch_size ({actor_mini}), "
             "both counted in prompts (x rollout.n responses), so every PRM mini-batch is full.",
         )
 
-    # 5. the process advantage's normalisation (read by the estimator inside the trainer)
-    process_norm = _get(config, "algorithm.prime.process_norm", "sequence")
-    if process_norm not in PROCESS_NORMS:
-        _fail("algorithm.prime.process_norm", f"is {process_norm!r}; choose one of {list(PROCESS_NORMS)}.")
-
-    gate = _get(config, "algorithm.prime.process_gate", None)
-    if gate is not None and not (isinstance(gate, (int, float)) and 0.5 < float(gate) <= 1.0):
-        _fail(
-            "algorithm.prime.process_gate",
-            f"is {gate!r}; it is the PRM's held-out pairwise accuracy at which the process term counts fully: "
-            "a number in (0.5, 1], or null for no gate.",
-        )
-
-    # 6. the stop on failed rollouts (verl_prime_lora.reward_failures)
-    ratio = _get(config, "prime.max_failed_rollout_ratio", 0.0)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) <= 1.0:
-        _fail(
-            "prime.max_failed_rollout_ratio",
-            f"is {ratio!r}; the largest share of a step's rollouts that may fail in the reward function or be "
-            "dropped before training: a number in [0, 1] (0: stop at the first; 1: never stop).",
-        )
-
-    # 7. same tokenizer for PRM and policy
+    # 6. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
 
@@ -214,7 +167,11 @@ def check_prm_tokenizer(config: Any) -> None:
     prm_tok = AutoTokenizer.from_pretrained(str(prm_path), trust_remote_code=trust)
     problems = tokenizer_differences(actor_tok, prm_tok)
     if problems:
-        key = "prime.prm.model.tokenizer_path" if _get(config, "prime.prm.model.tokenizer_path") else "prime.prm.model.path"
+        key = (
+            "prime.prm.model.tokenizer_path"
+            if _get(config, "prime.prm.model.tokenizer_path")
+            else "prime.prm.model.path"
+        )
         _fail(
             key,
             f"the PRM tokenizer ({prm_path}) differs from the policy's ({actor_path}): "

@@ -16,18 +16,21 @@ an input is float64), whatever the input dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from verl_prime_lora.prime_config import AdvantageConfig, advantage_config, config_value
+
 # veRL's, bound at first call: importing this module does not import veRL (see verl_bindings).
 from verl_prime_lora.verl_bindings import get_adv_estimator_fn, masked_whiten, register_adv_est
 
-DEFAULT_EPSILON = 1e-6  # as veRL's grpo
-DEFAULT_PROCESS_STD_THRESHOLD = 1e-2  # the seed's value; compared with std_g(z) (sequence) or std_g(r̄) (token)
+# algorithm.prime's defaults (prime_config), for the functions below called without a config
+DEFAULT_EPSILON = AdvantageConfig.epsilon  # as veRL's grpo
+DEFAULT_PROCESS_STD_THRESHOLD = AdvantageConfig.process_std_threshold  # compared with std_g(z) or std_g(r̄)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -354,16 +357,6 @@ def rloo_process_advantage(
 # --------------------------------------------------------------------------------------------------
 
 
-def config_value(config: Any, path: str, default: Any) -> Any:
-    """``config.<path>`` for a DictConfig, dict or dataclass (dotted path); ``default`` when absent/None."""
-    node = config
-    for key in path.split("."):
-        if node is None:
-            return default
-        node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
-    return default if node is None else node
-
-
 def _whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """veRL's masked whitening over all valid tokens of the batch; skipped with < 2 valid tokens."""
     if mask.sum() < 2:
@@ -400,15 +393,15 @@ def prime_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Any,
-    config: Any = None,
+    options: AdvantageConfig,
     process_rewards: torch.Tensor | None = None,
     process_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""A[i,t] = (c_o · A^o[i,t] + w · c_p · A^p[i,t]) · m[i,t], optionally whitened over the batch.
 
     ``outcome(token_level_rewards, m, gid)`` gives A^o, per response (B,) or per token (B, T);
-    ``process(r, m, gid) -> (B, T)`` gives A^p. The coefficients c_o, c_p come from
-    ``algorithm.prime.{outcome_coef,process_coef}`` (default 1); w is ``process_scale`` (the trainer's
+    ``process(r, m, gid) -> (B, T)`` gives A^p. The coefficients c_o, c_p are ``options``'
+    ``outcome_coef`` and ``process_coef`` (``algorithm.prime``); w is ``process_scale`` (the trainer's
     ``process_gate_weight``, default 1). Returns (advantages, returns); the
     returns are the unwhitened advantages, as in veRL's outcome estimators (PRIME has no critic).
     """
@@ -419,8 +412,8 @@ def prime_advantage(
         outcome_advantage = outcome(token_level_rewards.to(dtype), mask, gid)
         if outcome_advantage.dim() == 1:
             outcome_advantage = outcome_advantage[:, None]
-        outcome_advantage = float(config_value(config, "prime.outcome_coef", 1.0)) * outcome_advantage
-        process_coef = float(config_value(config, "prime.process_coef", 1.0)) * float(process_scale)
+        outcome_advantage = options.outcome_coef * outcome_advantage
+        process_coef = options.process_coef * float(process_scale)
         if process_rewards is not None and process_coef != 0.0:
             advantages = process(process_rewards.to(dtype), mask, gid)
             if process_coef != 1.0:
@@ -429,35 +422,29 @@ def prime_advantage(
         else:
             advantages = outcome_advantage * mask
         returns = advantages
-        if config_value(config, "prime.whiten_advantages", False):
+        if options.whiten_advantages:
             advantages = _whiten(advantages, mask)
     return advantages, returns
 
 
+# algorithm.prime.process_norm -> its process advantage (prime_config.PROCESS_NORMS names the same keys)
 PROCESS_NORMS = {"sequence": sequence_norm_process_advantage, "token": token_norm_process_advantage}
-DEFAULT_PROCESS_NORM = "sequence"
 
 
-def _process_part(config: Any, baseline: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def _process_part(
+    config: Any, options: AdvantageConfig, baseline: str
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The process advantage with a ``group_norm`` (GRPO-like) or ``leave_one_out`` (paper) baseline.
 
     ``group_norm`` normalises per ``algorithm.prime.process_norm``: ``sequence`` (default,
-    length-free) or ``token`` (the seed's formula).
+    length-free) or ``token`` (the seed's formula). ``config``: the algorithm config (its ``gamma``).
     """
     gamma = float(config_value(config, "gamma", 1.0))
     if baseline == "group_norm":
-        norm = str(config_value(config, "prime.process_norm", DEFAULT_PROCESS_NORM))
-        if norm not in PROCESS_NORMS:
-            raise ValueError(f"algorithm.prime.process_norm must be one of {sorted(PROCESS_NORMS)}, got {norm!r}")
-        process_fn = PROCESS_NORMS[norm]
-        threshold = float(config_value(config, "prime.process_std_threshold", DEFAULT_PROCESS_STD_THRESHOLD))
-        epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
+        process_fn = PROCESS_NORMS[options.process_norm]
+        threshold, epsilon = options.process_std_threshold, options.epsilon
         return lambda r, m, gid: process_fn(r, m, gid, gamma, threshold, epsilon)
-    if baseline == "leave_one_out":
-        return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
-    raise ValueError(
-        f"algorithm.prime.process_baseline must be 'group_norm' or 'leave_one_out', got {baseline!r}"
-    )
+    return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
 
 
 @register_adv_est("prime_grpo")
@@ -480,16 +467,16 @@ def compute_prime_grpo_advantage(
     process_norm, process_std_threshold, epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
     process gate) multiplies c_p. Without process rewards it equals veRL's ``grpo``.
     """
-    epsilon = float(config_value(config, "prime.epsilon", DEFAULT_EPSILON))
+    options = advantage_config(config)
     if norm_adv_by_std_in_grpo is None:
         norm_adv_by_std_in_grpo = bool(config_value(config, "norm_adv_by_std_in_grpo", True))
     return prime_advantage(
-        lambda rewards, m, gid: grpo_outcome_advantage(rewards.sum(-1), gid, epsilon, norm_adv_by_std_in_grpo),
-        _process_part(config, "group_norm"),
+        lambda rewards, m, gid: grpo_outcome_advantage(rewards.sum(-1), gid, options.epsilon, norm_adv_by_std_in_grpo),
+        _process_part(config, options, "group_norm"),
         token_level_rewards,
         response_mask,
         index,
-        config,
+        options,
         process_rewards,
         process_scale,
     )
@@ -510,13 +497,14 @@ def compute_prime_rloo_advantage(
     Knobs: ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, whiten_advantages}``;
     ``process_scale`` (the trainer's process gate) multiplies c_p. Without process rewards it equals veRL's ``rloo``.
     """
+    options = advantage_config(config)
     return prime_advantage(
         lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
-        _process_part(config, "leave_one_out"),
+        _process_part(config, options, "leave_one_out"),
         token_level_rewards,
         response_mask,
         index,
-        config,
+        options,
         process_rewards,
         process_scale,
     )
@@ -539,10 +527,8 @@ def compute_prime_composed_advantage(
     ``reinforce_plus_plus``, ``grpo_passk`` — and ``algorithm.prime.process_baseline`` is
     ``group_norm`` (default) or ``leave_one_out``; ``process_scale`` (the trainer's process gate) multiplies c_p.
     """
-    name = config_value(config, "prime.outcome_estimator", "grpo")
-    if str(name).startswith("prime"):
-        raise ValueError(f"algorithm.prime.outcome_estimator must be an outcome estimator, got {name!r}")
-    outcome_fn = get_adv_estimator_fn(name)
+    options = advantage_config(config)
+    outcome_fn = get_adv_estimator_fn(options.outcome_estimator)
 
     def outcome(rewards: torch.Tensor, mask: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
         advantages, _ = outcome_fn(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
@@ -550,11 +536,11 @@ def compute_prime_composed_advantage(
 
     return prime_advantage(
         outcome,
-        _process_part(config, str(config_value(config, "prime.process_baseline", "group_norm"))),
+        _process_part(config, options, options.process_baseline),
         token_level_rewards,
         response_mask,
         index,
-        config,
+        options,
         process_rewards,
         process_scale,
     )

@@ -46,8 +46,13 @@ def load_benchmark(path: str | Path, max_samples: int | None = None) -> list[dic
         if "ground_truth" not in reward_model:
             raise ValueError(f"{path}: row {i} has no reward_model.ground_truth")
         messages = [{"role": m["role"], "content": m["content"]} for m in record["prompt"]]
-        rows.append({"messages": messages, "ground_truth": reward_model["ground_truth"],
-                     "data_source": record.get("data_source", "")})
+        rows.append(
+            {
+                "messages": messages,
+                "ground_truth": reward_model["ground_truth"],
+                "data_source": record.get("data_source", ""),
+            }
+        )
     return rows
 
 
@@ -94,8 +99,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
     )
-    sampling = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
-                              max_tokens=args.max_tokens, seed=args.seed)
+    sampling = SamplingParams(
+        n=args.n, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
+    )
     models = [(BASE_LABEL, None)] + [
         (adapter, LoRARequest(f"adapter{i}", i + 1, str(Path(adapter).resolve())))
         for i, adapter in enumerate(args.adapters)
@@ -108,11 +114,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             outputs = [[completion.text for completion in result.outputs] for result in results]
             accs = score_generations(rows, outputs, {"timeout_s": args.verify_timeout})
             table[label][name] = pass_at_1(accs)
-            generations[label][name] = [{"ground_truth": str(row["ground_truth"]), "responses": texts, "acc": acc}
-                                        for row, texts, acc in zip(rows, outputs, accs, strict=True)]
+            generations[label][name] = [
+                {"ground_truth": str(row["ground_truth"]), "responses": texts, "acc": acc}
+                for row, texts, acc in zip(rows, outputs, accs, strict=True)
+            ]
         table[label]["average"] = sum(table[label][name] for name in data) / len(data)
-    return {"config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")},
-            "pass@1": table, "generations": generations}
+    return {
+        "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")},
+        "pass@1": table,
+        "generations": generations,
+    }
 
 
 def format_table(table: dict[str, dict[str, float]]) -> str:
@@ -135,8 +146,13 @@ def plot_accuracy(table: dict[str, dict[str, float]], path: str | Path) -> None:
     steps = [checkpoint_step(label) for label, _ in points]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for column in next(iter(table.values())):
-        ax.plot(steps, [100 * scores[column] for _, scores in points], marker="o", label=column,
-                linewidth=2.5 if column == "average" else 1.2)
+        ax.plot(
+            steps,
+            [100 * scores[column] for _, scores in points],
+            marker="o",
+            label=column,
+            linewidth=2.5 if column == "average" else 1.2,
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("pass@1 (%)")
     ax.grid(alpha=0.3)
@@ -171,8 +187,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--benchmarks takes NAME=PARQUET, got {spec!r}")
     for adapter in args.adapters:
         if not (Path(adapter) / "adapter_config.json").is_file():
-            parser.error(f"--adapters: {adapter} has no adapter_config.json (export veRL checkpoints with "
-                         "python -m verl_prime_lora.export_adapter)")
+            parser.error(
+                f"--adapters: {adapter} has no adapter_config.json (export veRL checkpoints with "
+                "python -m verl_prime_lora.export_adapter)"
+            )
     return args
 
 

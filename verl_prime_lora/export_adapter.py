@@ -60,8 +60,14 @@ def _checkpoint_dtype(actor: Path) -> str:
     return str(next(t.dtype for t in state.values() if torch.is_floating_point(t))).removeprefix("torch.")
 
 
-def export(checkpoint: str | Path, out: str | Path, merged: bool = False, lora_dropout: float | None = None,
-           base_model: str | None = None, dtype: str | None = None) -> dict[str, Path]:
+def export(
+    checkpoint: str | Path,
+    out: str | Path,
+    merged: bool = False,
+    lora_dropout: float | None = None,
+    base_model: str | None = None,
+    dtype: str | None = None,
+) -> dict[str, Path]:
     """Write ``out/adapter`` (and ``out/merged``, in ``dtype``; default: the base's, see the module docstring).
 
     Returns their paths."""
@@ -73,12 +79,19 @@ def export(checkpoint: str | Path, out: str | Path, merged: bool = False, lora_d
     actor, out = _actor_dir(Path(checkpoint)), Path(out)
     paths = {"adapter": out / "adapter"}
     with tempfile.TemporaryDirectory() as scratch:
-        config = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor), target_dir=scratch,
-                                   hf_model_config_path=str(actor / "huggingface"))
+        config = ModelMergerConfig(
+            operation="merge",
+            backend="fsdp",
+            local_dir=str(actor),
+            target_dir=scratch,
+            hf_model_config_path=str(actor / "huggingface"),
+        )
         FSDPModelMerger(config).merge_and_save()
         lora = Path(scratch) / "lora_adapter"
         if not lora.is_dir():
-            raise ValueError(f"{actor}: the checkpoint holds no LoRA weights (was actor_rollout_ref.model.lora_rank 0?)")
+            raise ValueError(
+                f"{actor}: the checkpoint holds no LoRA weights (was actor_rollout_ref.model.lora_rank 0?)"
+            )
         shutil.rmtree(paths["adapter"], ignore_errors=True)
         shutil.copytree(lora, paths["adapter"])
         adapter_config_path = paths["adapter"] / "adapter_config.json"
@@ -95,8 +108,11 @@ def export(checkpoint: str | Path, out: str | Path, merged: bool = False, lora_d
             if base_model is None:
                 # the merger's copy of the base is bf16 whatever the actor's dtype: name the actor's instead
                 dtype = dtype or _checkpoint_dtype(actor)
-                logger.info("merged: base weights from veRL's bf16 copy, merged and written in %s "
-                            "(--base_model gives the exact base)", dtype)
+                logger.info(
+                    "merged: base weights from veRL's bf16 copy, merged and written in %s "
+                    "(--base_model gives the exact base)",
+                    dtype,
+                )
             _merge(base_model or scratch, paths["adapter"], paths["merged"], dtype or "auto")
     return paths
 
@@ -116,16 +132,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="veRL checkpoint folder global_step_N (or its actor/ folder)")
     parser.add_argument("--out", required=True, help="output folder (adapter/, merged/)")
-    parser.add_argument("--merged", action="store_true",
-                        help="also write the base model with the adapter merged, in the base's dtype (see --dtype)")
-    parser.add_argument("--lora_dropout", type=float, default=None, help="dropout to record in adapter_config (default: the checkpoint's lora_train_meta.json)")
-    parser.add_argument("--base_model", default=None,
-                        help="record this base model path/name in adapter_config; --merged merges into it (exact "
-                             "weights) instead of veRL's bf16 copy of the base")
-    parser.add_argument("--dtype", choices=DTYPES, default=None,
-                        help="dtype of the --merged weights (default: the base's — --base_model's config/weights, "
-                             "else the checkpoint's huggingface/config.json or shards; bfloat16 would round away "
-                             "a LoRA update below its resolution)")
+    parser.add_argument(
+        "--merged",
+        action="store_true",
+        help="also write the base model with the adapter merged, in the base's dtype (see --dtype)",
+    )
+    parser.add_argument(
+        "--lora_dropout",
+        type=float,
+        default=None,
+        help="dropout to record in adapter_config (default: the checkpoint's lora_train_meta.json)",
+    )
+    parser.add_argument(
+        "--base_model",
+        default=None,
+        help="record this base model path/name in adapter_config; --merged merges into it (exact "
+        "weights) instead of veRL's bf16 copy of the base",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="dtype of the --merged weights (default: the base's — --base_model's config/weights, "
+        "else the checkpoint's huggingface/config.json or shards; bfloat16 would round away "
+        "a LoRA update below its resolution)",
+    )
     args = parser.parse_args(argv)
     paths = export(args.checkpoint, args.out, args.merged, args.lora_dropout, args.base_model, args.dtype)
     for name, path in paths.items():

@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl_prime_lora.config_checks import PRIME_TRAINERS, check_prm_tokenizer
+from verl_prime_lora.prime_config import prime_config
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
 # standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
@@ -370,7 +371,7 @@ def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | No
 def _required_info_keys(config: Any) -> list[tuple[str, str]]:
     required = []
     if _is_prime_trainer(config):
-        required.append(("prime.prm.label_key", str(_get(config, "prime.prm.label_key", "acc"))))
+        required.append(("prime.prm.label_key", prime_config(config).prm.label_key))
     if PROMPT_FILTER_SAMPLER in str(_get(config, "trainer.v1.sampler.custom_sampler.path", "")):
         key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
         required.append((key, str(_get(config, key, "acc"))))

@@ -122,7 +122,8 @@ def follow_metrics(path: Path, stop: Callable[[], bool], poll_s: float = 1.0) ->
 
 
 def progress_line(run: LearningRun, step: int, total_steps: int) -> str:
-    """`step 12/40 | val acc 0.41 (start 0.28) | batch acc 0.35 | reward 1.21 | PRM acc 0.71 | pairs 0.68 | gate 0.00 | s/step 4.1`."""
+    """One console line per logged step, e.g. `step 12/40 | val acc 0.41 (start 0.28) | batch acc 0.35 |
+    reward 1.21 | PRM acc 0.71 | pairs 0.68 | gate 0.00 | s/step 4.1` (on one line)."""
     data = run.steps[step]
     parts = [f"step {step:>3}/{total_steps}"]
     val = dict(run.val_accuracy())
@@ -238,7 +239,9 @@ def plot_runs(runs: list[LearningRun], path: Path, title: str) -> Path:
         val = run.val_accuracy()
         if val:
             axes[0, 0].plot(*zip(*val), marker="o", label=run.name)
-            axes[0, 1].plot([run.wall.get(s, math.nan) for s, _ in val], [v for _, v in val], marker="o", label=run.name)
+            axes[0, 1].plot(
+                [run.wall.get(s, math.nan) for s, _ in val], [v for _, v in val], marker="o", label=run.name
+            )
         for key, style in (("prm/classification_acc", "-"), ("prm/dpo_acc", "--")):
             series = run.series(key)
             if series:
@@ -264,4 +267,3 @@ def plot_runs(runs: list[LearningRun], path: Path, title: str) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-

@@ -9,7 +9,9 @@ PRIME only supplies
   BCE-with-logits of z = β·Σ_t (log π_φ − log π_ref)·m against the 0/1 accuracy label, from
   `core_algos` (the math is not re-implemented here);
 * `build_prm_worker_config` — `prime.prm.*` → `TrainingWorkerConfig` (fp32 master weights,
-  bf16 compute by default, the PRM's own lr/scheduler/clip/micro-batch knobs);
+  bf16 compute by default, the PRM's own lr/scheduler/clip/micro-batch knobs): its `model`, `engine`,
+  `optim` and `checkpoint` sections become veRL's own config dataclasses, the batch knobs come from
+  the typed `prime_config.PrmConfig`;
 * `ImplicitPRM` — the controller-side handle the trainer uses: log-probs (with or without the LoRA
   adapter), one update over the batch, save/load. Data travels through TransferQueue exactly as for
   veRL's critic (`trainer_base.py:1721-1741, 1804-1825`).
@@ -30,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 
 from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
+from verl_prime_lora.prime_config import PrmConfig, prime_config
 from verl_prime_lora.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
@@ -37,7 +40,9 @@ logger = logging.getLogger(__name__)
 # TransferQueue fields written by the PRIME trainer for the PRM (per response token, nested).
 PRM_REF_FIELD = "prm_ref_log_prob"  # reference log-probs at temperature 1
 PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the response tokens
-PRM_WEIGHT_FIELD = "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
+PRM_WEIGHT_FIELD = (
+    "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
+)
 PRM_TEMPERATURE = 1.0
 
 
@@ -83,6 +88,7 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
 
 
 def prm_node(config: DictConfig) -> DictConfig:
+    """The `prime.prm` node of a composed config (its veRL sections: model, engine, optim, checkpoint)."""
     return config.prime.prm
 
 
@@ -97,6 +103,7 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import TrainingWorkerConfig
 
+    prm = PrmConfig.from_config(prm_cfg)
     prm_cfg = OmegaConf.create(OmegaConf.to_container(prm_cfg, resolve=True))
     with open_dict(prm_cfg):
         prm_cfg.optim.total_training_steps = int(total_training_steps)
@@ -112,18 +119,12 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
     optimizer_config = omega_conf_to_dataclass(prm_cfg.optim)
     checkpoint_config = omega_conf_to_dataclass(prm_cfg.checkpoint, dataclass_type=CheckpointConfig)
 
-    use_dynamic_bsz = bool(prm_cfg.get("use_dynamic_bsz", False))
-    micro = prm_cfg.get("micro_batch_size_per_gpu", 1)
-    infer_micro = prm_cfg.get("infer_micro_batch_size_per_gpu", None) or micro
-    max_tokens = prm_cfg.get("max_token_len_per_gpu", None)
-    engine_config.use_dynamic_bsz = use_dynamic_bsz
-    engine_config.micro_batch_size_per_gpu = micro
-    engine_config.infer_micro_batch_size_per_gpu = infer_micro
-    engine_config.max_token_len_per_gpu = max_tokens
-    engine_config.infer_max_token_len_per_gpu = prm_cfg.get("infer_max_token_len_per_gpu", None) or max_tokens
+    engine_config.use_dynamic_bsz = prm.use_dynamic_bsz
+    engine_config.micro_batch_size_per_gpu = prm.micro_batch_size_per_gpu
+    engine_config.infer_micro_batch_size_per_gpu = prm.infer_micro_batch_size_per_gpu
+    engine_config.max_token_len_per_gpu = prm.max_token_len_per_gpu
+    engine_config.infer_max_token_len_per_gpu = prm.infer_max_token_len_per_gpu
     engine_config.use_remove_padding = bool(prm_cfg.model.get("use_remove_padding", False))
-    if use_dynamic_bsz and not max_tokens:
-        raise ValueError("prime.prm.max_token_len_per_gpu: required when prime.prm.use_dynamic_bsz=True")
 
     return TrainingWorkerConfig(
         model_type="language_model",
@@ -150,7 +151,9 @@ def _meta_for(batch, **extra_info):
 
     info = dict(batch.extra_info or {})
     info.update(extra_info)
-    return KVBatchMeta(keys=list(batch.keys), tags=batch.tags, partition_id=batch.partition_id, fields=None, extra_info=info)
+    return KVBatchMeta(
+        keys=list(batch.keys), tags=batch.tags, partition_id=batch.partition_id, fields=None, extra_info=info
+    )
 
 
 def log_prob_meta(batch, no_lora_adapter: bool):
@@ -169,7 +172,9 @@ def read_response_log_probs(batch) -> torch.Tensor:
     import transfer_queue as tq
     from verl.workers.utils.padding import response_from_nested
 
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"])
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["log_probs", "response_mask"]
+    )
     return response_from_nested(data["log_probs"], data["response_mask"])
 
 
@@ -177,14 +182,16 @@ class ImplicitPRM:
     """The PRM worker group (and, for a full-parameter PRM whose reference cannot be borrowed, a
     frozen forward-only reference group) on one resource pool."""
 
-    def __init__(self, config: DictConfig, resource_pool, device_name: str, total_training_steps: int, need_frozen_ref: bool):
+    def __init__(
+        self, config: DictConfig, resource_pool, device_name: str, total_training_steps: int, need_frozen_ref: bool
+    ):
         import ray
         from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
         from verl.workers.engine_workers import TrainingWorker
 
         self.config = config
         self.cfg = prm_node(config)
-        self.beta = float(self.cfg.beta)
+        self.prm = prime_config(config).prm
         self.is_lora = prm_is_lora(self.cfg)
 
         worker_cfg = build_prm_worker_config(self.cfg, total_training_steps)
@@ -194,7 +201,7 @@ class ImplicitPRM:
             device_name=device_name,
         )
         self.wg.reset()
-        self.wg.set_loss_fn(partial(prm_loss, beta=self.beta))
+        self.wg.set_loss_fn(partial(prm_loss, beta=self.prm.beta))
 
         self.ref_wg = None
         if need_frozen_ref:
@@ -235,14 +242,14 @@ class ImplicitPRM:
         from verl.utils.metric import reduce_metrics
 
         n = int(self.config.actor_rollout_ref.rollout.n)
-        mini = int(self.cfg.get("mini_batch_size") or self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * n
+        mini = self.prm.mini_batch_size * n
         meta = _meta_for(
             batch,
             global_batch_size=mini,
             mini_batch_size=mini,
-            epochs=int(self.cfg.get("epochs", 1)),
-            seed=int(self.cfg.get("seed", 42)),
-            dataloader_kwargs={"shuffle": bool(self.cfg.get("shuffle", False))},
+            epochs=self.prm.epochs,
+            seed=self.prm.seed,
+            dataloader_kwargs={"shuffle": self.prm.shuffle},
             temperature=PRM_TEMPERATURE,
             calculate_entropy=False,
             no_lora_adapter=False,

@@ -47,6 +47,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl_prime_lora.config_checks import PRIME_TRAINERS
+from verl_prime_lora.prime_config import prime_config
 from verl_prime_lora.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ logger = logging.getLogger(__name__)
 FAILED_KEY = "reward_failed"  # reward_extra_info: 1.0 when the reward function raised on the row, else 0.0
 ERROR_KEY = "reward_error"  # reward_extra_info: "ExceptionType: message" of that failure, else ""
 MAX_RATIO_KEY = "prime.max_failed_rollout_ratio"
-DEFAULT_MAX_RATIO = 0.0
 MAX_ERROR_CHARS = 500
 
 # Per process: a zero value for each reward_extra_info key seen on a scored row (failed rows carry them all).
@@ -122,7 +122,7 @@ def guarded_label_key(config: Any) -> str | None:
     are guarded and counted; None for any other trainer, which keeps veRL's own handling."""
     if OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) not in PRIME_TRAINERS:
         return None
-    return str(OmegaConf.select(config, "prime.prm.label_key", default=None) or "acc")
+    return prime_config(config).prm.label_key
 
 
 async def guarded_score(score: Callable[[], Awaitable[dict]], label_key: str | None) -> dict:
@@ -157,12 +157,6 @@ def complete_key_sets(outputs: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------
 # the trainer
 # ---------------------------------------------------------------------------------------------------
-
-
-def max_failed_rollout_ratio(config: Any) -> float:
-    """`prime.max_failed_rollout_ratio` of a config (checked by `config_checks.validate_prime_config`)."""
-    value = OmegaConf.select(config, MAX_RATIO_KEY, default=None)
-    return DEFAULT_MAX_RATIO if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -237,7 +231,7 @@ def account_rollouts(
         failed_rows.append(failed)
         if pad:
             continue
-        uid, session = key.split("_")[:2]
+        uid, session, _ = key.rsplit("_", 2)  # as veRL splits them (a uid may hold underscores)
         sessions.setdefault(uid, set()).add(session)
         if failed:
             failed_sessions.add((uid, session))

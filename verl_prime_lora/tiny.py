@@ -127,9 +127,7 @@ def build_model(tokenizer, seed: int, initializer_range: float):
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return model
 
 
@@ -173,9 +171,7 @@ def main() -> None:
         help="std of the random weights; larger (e.g. 0.3) gives a peaky policy whose change is visible",
     )
     args = parser.parse_args()
-    paths = write_assets(
-        args.out, args.seed, args.train_size, args.test_size, args.vocab_size, args.initializer_range
-    )
+    paths = write_assets(args.out, args.seed, args.train_size, args.test_size, args.vocab_size, args.initializer_range)
     for name, path in paths.items():
         print(f"{name}: {path}")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+
 import numpy as np
 import torch
 import transfer_queue as tq
@@ -56,6 +57,7 @@ from verl_prime_lora.core_algos import (
     prm_sequence_logits,
     process_gate_weight,
 )
+from verl_prime_lora.prime_config import advantage_config, prime_config
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -70,7 +72,7 @@ from verl_prime_lora.prm_worker import (
     prm_is_lora,
     read_response_log_probs,
 )
-from verl_prime_lora.reward_failures import account_rollouts, max_failed_rollout_ratio
+from verl_prime_lora.reward_failures import account_rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ def reference_source(config: DictConfig, use_reference_policy: bool) -> str:
     rollout = config.actor_rollout_ref.rollout
     t_is_one = float(rollout.temperature) == PRM_TEMPERATURE
     bypass = bool((config.algorithm.get("rollout_correction") or {}).get("bypass_mode", False))
-    if prm.get("reference", "init") == "policy":
+    if prime_config(config).prm.reference == "policy":
         return REF_POLICY_OLD if t_is_one and not bypass else REF_POLICY_T1
     if prm_is_lora(prm):
         return REF_PRM_ADAPTER_OFF
@@ -155,11 +157,8 @@ class PrimeTrainerMixin:
         super().__init__(config)
         self.prm: ImplicitPRM | None = None
         self.prm_reference = reference_source(config, self.use_reference_policy)
-        self.prm_update_mode = str(config.prime.prm.get("update", "after"))
-        self.prm_beta = float(config.prime.prm.beta)
-        self.prm_label_key = str(config.prime.prm.get("label_key", "acc"))
-        self.prm_balance_labels = bool(config.prime.prm.get("balance_labels", False))
-        self.max_failed_rollout_ratio = max_failed_rollout_ratio(config)
+        self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.prime_config)
+        self.prime_advantage = advantage_config(config.algorithm)  # algorithm.prime.*, typed
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
 
     # -------------------------------------------------------------------------------------------
@@ -183,10 +182,10 @@ class PrimeTrainerMixin:
         )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s",
-            self.config.prime.prm.get("reference", "init"),
+            self.prime.prm.reference,
             self.prm_reference,
-            self.prm_update_mode,
-            self.prm_beta,
+            self.prime.prm.update,
+            self.prime.prm.beta,
         )
 
     def _load_checkpoint(self):
@@ -204,8 +203,14 @@ class PrimeTrainerMixin:
         trainer = self.config.trainer
         step_dir = f"global_step_{self.global_steps}"
         local = prm_checkpoint_dir(os.path.join(trainer.default_local_dir, step_dir))
-        remote = None if trainer.default_hdfs_dir is None else prm_checkpoint_dir(os.path.join(trainer.default_hdfs_dir, step_dir))
-        max_keep = 1 if trainer.get("remove_previous_ckpt_in_save", False) else trainer.get("max_actor_ckpt_to_keep", None)
+        remote = (
+            None
+            if trainer.default_hdfs_dir is None
+            else prm_checkpoint_dir(os.path.join(trainer.default_hdfs_dir, step_dir))
+        )
+        max_keep = (
+            1 if trainer.get("remove_previous_ckpt_in_save", False) else trainer.get("max_actor_ckpt_to_keep", None)
+        )
         with marked_timer("prm_save_checkpoint", getattr(self, "timing_raw", {})):
             self.prm.save(local, remote, self.global_steps, max_ckpt_to_keep=max_keep)
         super()._save_checkpoint()
@@ -242,26 +247,33 @@ class PrimeTrainerMixin:
         # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
         with marked_timer("prm_ref", timing):
             ref_lp = self._prm_reference_log_probs(batch)
-        info = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"])
+        info = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"]
+        )
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         extra_fields = list(info["extra_fields"])
         # failed and dropped rollouts: metrics, and the stop above prime.max_failed_rollout_ratio (reward_failures)
         expected_prompts = self.config.data.train_batch_size // self.parameter_sync_step
-        account = account_rollouts(batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts)
+        account = account_rollouts(
+            batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts
+        )
         metrics.update(account.metrics())
-        account.check(self.max_failed_rollout_ratio, self.global_steps)
+        account.check(self.prime.max_failed_rollout_ratio, self.global_steps)
+        refuse_multi_output_sessions(batch.keys, is_padding)
         # a row whose reward failed has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
         unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows, strict=True)]
-        labels = labels_from_extra_fields(extra_fields, unlabelled, self.prm_label_key)
+        labels = labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key)
         lengths = info["response_mask"].offsets().diff().tolist()
         responded = labelled_rows(lengths, unlabelled)[:, None]
-        weights = balanced_label_weights(labels, responded) if self.prm_balance_labels else responded[:, 0]
+        weights = balanced_label_weights(labels, responded) if self.prime.prm.balance_labels else responded[:, 0]
         prm_fields = {
             PRM_REF_FIELD: ref_lp,
             PRM_LABEL_FIELD: nested_rows(labels, lengths),
             PRM_WEIGHT_FIELD: nested_rows(weights, lengths),
         }
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(prm_fields, batch_size=len(batch)))
+        tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(prm_fields, batch_size=len(batch))
+        )
 
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -277,23 +289,33 @@ class PrimeTrainerMixin:
         prm_used = prm_before
         update_metrics = {}
         # 3. PRM update per mode; `before` recomputes the rewards with the updated PRM
-        if self.prm_update_mode != "none":
+        if self.prime.prm.update != "none":
             with marked_timer("prm_update", timing):
                 update_metrics = self.prm.update(batch)
-            if self.prm_update_mode == "before":
+            if self.prime.prm.update == "before":
                 with marked_timer("prm_forward_updated", timing):
                     prm_used = pad_nested(self.prm.log_probs(batch), width).float()
 
         # 4. token process rewards r = β·(log π_φ − log π_ref)·m, and the PRM metrics
         process_rewards, prm_metrics = prm_rewards_and_metrics(
-            prm_before, prm_used, ref_pad, mask, labels, uid, self.prm_beta, update_metrics, labelled=responded[:, 0]
+            prm_before,
+            prm_used,
+            ref_pad,
+            mask,
+            labels,
+            uid,
+            self.prime.prm.beta,
+            update_metrics,
+            labelled=responded[:, 0],
         )
         metrics.update(prm_metrics)
 
         # 5. advantages: veRL's own pre-processing (trainer_base.py:1751-1773), then the estimator
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         if self.config.algorithm.use_kl_in_reward:
-            data, kl_metrics = apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty)
+            data, kl_metrics = apply_kl_penalty(
+                data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
+            )
             metrics.update(kl_metrics)
         else:
             data.batch["token_level_rewards"] = data.batch["token_level_scores"]
@@ -306,7 +328,7 @@ class PrimeTrainerMixin:
 
         # the gate reads a running mean: one step holds only a few mixed groups, too few pairs to trust alone
         self.prm_pairwise_ema = ema(self.prm_pairwise_ema, metrics["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
-        gate = process_gate_weight(self.prm_pairwise_ema, self.config.algorithm.prime.get("process_gate"))
+        gate = process_gate_weight(self.prm_pairwise_ema, self.prime_advantage.process_gate)
         metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
         metrics["prm/process_gate"] = gate
         data.batch["advantages"], data.batch["returns"] = prime_advantages(
@@ -327,7 +349,27 @@ class PrimeTrainerMixin:
             if "rollout_is_weights" in data.batch:
                 out_fields.append("rollout_is_weights")
         output = {f: response_to_nested(data.batch[f], response_mask_nested) for f in out_fields}
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch)))
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
+
+
+def refuse_multi_output_sessions(keys, is_padding) -> None:
+    """Stop (before any update) on agent loops that return several outputs per session.
+
+    veRL's keys are `{uid}_{session}_{index}`; index > 0 means a session produced several trajectories
+    (e.g. one per turn), which veRL's own GRPO scores by each session's final output and broadcasts
+    (`compute_advantage_for_multi_trajectories`). PRIME's estimators and PRM would instead treat every
+    output as a response of its own in the prompt's group, so such runs are refused, not mis-trained.
+    """
+    for key, pad in zip(keys, is_padding, strict=True):
+        if not pad and int(key.rsplit("_", 2)[2]) > 0:
+            raise NotImplementedError(
+                f"trainer.v1.trainer_mode: PRIME trainers take one output per session, but the agent loop "
+                f"returned several (trajectory key {key!r}); multi-output sessions are not supported by "
+                "prime_sync / prime_separate_async: use an agent loop that returns the whole session as one "
+                "response (multi-turn with a response mask is fine), or veRL's own trainer with grpo."
+            )
 
 
 def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None):
@@ -346,7 +388,9 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
         "prm/ce_loss": prm_bce_loss(logits_before, labels, label_mask).item(),
         "prm/classification_acc": prm_classification_accuracy(logits_before, labels, label_mask).item(),
         "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, label_mask).item(),
-        "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(logits_before, labels, uid, label_mask, mixed_only=True).item(),
+        "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(
+            logits_before, labels, uid, label_mask, mixed_only=True
+        ).item(),
     }
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
@@ -401,4 +445,3 @@ class PrimeTrainerSeparateAsync(PrimeTrainerMixin, PPOTrainerSeparateAsync):
     """PRIME on veRL's `separate_async` trainer (split placement with hybrid_engine=false)."""
 
     _BASE_MODE = "separate_async"
-

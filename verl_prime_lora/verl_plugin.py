@@ -49,7 +49,7 @@ def register_all() -> None:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - reported loudly, then re-raised below
-            logger.error("verl-prime-lora: registering %s failed: %r", what, exc, exc_info=True)
+            logger.exception("verl-prime-lora: registering %s failed: %r", what, exc)
             failed.append(f"{what}: {exc!r}")
     if failed:
         raise ImportError("verl-prime-lora could not register: " + "; ".join(failed))

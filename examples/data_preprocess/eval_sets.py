@@ -1,7 +1,8 @@
 """The seed's evaluation benchmarks -> one veRL RL parquet each, ``<local_dir>/<name>.parquet``.
 
 Datasets, splits and columns are the ones the seed's evaluation reads (Tina
-``scripts/eval/run_eval_custom_tasks.py``, lighteval tasks; open-rs2-PRIME ``scripts/eval/eval_prime.py``). Prompts: ``--prompt_style eval`` (default) is the seed's evaluation
+``scripts/eval/run_eval_custom_tasks.py``, lighteval tasks; open-rs2-PRIME ``scripts/eval/eval_prime.py``).
+Prompts: ``--prompt_style eval`` (default) is the seed's evaluation
 template as a single user message; ``train`` is the training prompt (for in-training validation).
 
     python examples/data_preprocess/eval_sets.py --local_dir ~/data/eval

@@ -1,14 +1,21 @@
-"""Test-only reward that raises on about half of the rollouts (tests/e2e/test_reward_failures_e2e.py).
+"""Test-only reward that fails on a schedule (tests/e2e/test_reward_failures_e2e.py).
 
-Which ones is decided by the parity of the response's and ground truth's character codes, so it varies
-between the samples of one prompt. The driver's reward dry run (`input_checks`, a synthetic response
-that starts with ``<think>``) is always scored, so the run gets past the checks before Ray. Scored rows
-get `acc` = 1 when the response holds a digit (varied labels for the PRM, as prime_label_reward.py).
+Per process, by call count: of the first `FIRST_STEP_ROLLOUTS` calls every other one raises (call 0 is
+scored), and every call after them raises. So with one reward-loop worker a run's first step loses
+exactly half of its rollouts and the second step all of them; the driver's reward dry run (`input_checks`,
+its own process, call 0) is scored. Scored rows get `acc` = 1 when the response holds a digit (varied
+labels for the PRM, as prime_label_reward.py).
 """
+
+import itertools
+
+FIRST_STEP_ROLLOUTS = 8  # recipe/cpu.yaml's train_batch_size 4 x the test's rollout.n 2
+_calls = itertools.count()  # next() is atomic under the GIL: the reward loop calls from executor threads
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    if not solution_str.startswith("<think>") and (sum(map(ord, solution_str + str(ground_truth))) % 2):
+    call = next(_calls)
+    if call >= FIRST_STEP_ROLLOUTS or call % 2:
         raise ValueError(f"half_failing_reward: cannot score a response of {len(solution_str)} characters")
     acc = float(any(char.isdigit() for char in solution_str))
     return {"score": acc, "acc": acc, "format": 0.0}

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 import torch
-
 import verl  # noqa: F401 - loads our plugin, which registers the `cpu` platform on this host
+
 from verl_prime_lora.cpu import detect, install, platform
 from verl_prime_lora.cpu.zmq_checkpoint_engine import ZmqCheckpointEngine
 from verl_prime_lora.tiny import write_assets

@@ -14,7 +14,7 @@ warm-started tiny model of `verl_prime_lora.chain_task`, 10 steps long. Checked:
 A second run holds the policy fixed (`trainer.critic_warmup` larger than the run: veRL skips the actor
 update) so that only the PRM learns, as it would on the demo's first steps if the policy waited for it:
 * the PRM separates right from wrong answers on responses it has not trained on yet (each step's
-  `prm/dpo_acc_before_mixed`, before its update, averages at least 0.55 over steps 2–10; chance is ½),
+  `prm/dpo_acc_before_mixed`, before its update, averages at least 0.55 over steps 2–8; chance is ½),
   and the process gate opens.
 Not checked, because it does not hold yet: that the PRM keeps separating while the policy learns
 (`prm/dpo_acc` above 0.6 at the end of the learning run); see README, "The main job".
@@ -36,7 +36,7 @@ from verl_prime_lora.learning_run import is_val_accuracy_key, run_learning
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "run_cpu_demo.sh"
 STEPS = 10
-PRM_STEPS = 10  # steps of the fixed-policy run (the first one's PRM equals its reference: no ranking yet)
+PRM_STEPS = 8  # steps of the fixed-policy run (the first one's PRM equals its reference: no ranking yet)
 PRM_SERIES = ("prm/ce_loss", "prm/classification_acc", "prm/dpo_acc", "prm/update_loss", "prm/label_mean")
 
 
@@ -63,9 +63,13 @@ def demo(tmp_path_factory):
     for line in (out / "run" / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         steps[row["step"]] = row["data"]
-    return {"out": out, "console": run.stdout + run.stderr, "steps": steps,
-            "summary": json.loads((out / "summary.json").read_text()),
-            "warm_start": json.loads((out / "assets" / "warm_start.json").read_text())}
+    return {
+        "out": out,
+        "console": run.stdout + run.stderr,
+        "steps": steps,
+        "summary": json.loads((out / "summary.json").read_text()),
+        "warm_start": json.loads((out / "assets" / "warm_start.json").read_text()),
+    }
 
 
 @pytest.fixture(scope="module")

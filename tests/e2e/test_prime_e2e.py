@@ -8,7 +8,8 @@ Runs (2-3 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 
 3. `lora_prm`: a LoRA PRM (reference = adapter disabled), update mode `after`;
 4. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
-   LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync.
+   LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync, which the CPU preset
+   selects by itself (no backend override).
 5. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
 6. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
 
@@ -229,7 +230,6 @@ def split(workdir, assets):
         assets,
         "split",
         "ray_kwargs.ray_init.num_gpus=2",  # trainer pool (actor + PRM) 1 + standalone vLLM 1
-        "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq",  # the CPU platform's weight sync
         "trainer.total_training_steps=3",
         "trainer.save_freq=-1",
         recipe="prime_lora",

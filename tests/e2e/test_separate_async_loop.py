@@ -1,10 +1,11 @@
 """The V1 `separate_async` trainer with `hybrid_engine=false` on CPU: trainer and vLLM on separate "GPUs".
 
 Two fake Ray GPUs: one for the FSDP2 LoRA actor, one for a standalone vLLM-CPU replica. Weights
-travel through our `cpu_zmq` checkpoint engine (veRL's own engines all need CUDA or RDMA libraries)
-and, for LoRA, merged into the base weights (`model.lora.merge=True`: veRL 0.9.1's disaggregated sync
-ships no adapter otherwise). `num_warmup_batches=0` keeps each step's rollouts on the newest weights,
-so that the actor/rollout agreement below tests the sync rather than staleness.
+travel through our `cpu_zmq` checkpoint engine (veRL's own engines all need CUDA or RDMA libraries),
+which the CPU preset selects by itself for a split layout, and, for LoRA, merged into the base weights
+(`model.lora.merge=True`: veRL 0.9.1's disaggregated sync ships no adapter otherwise).
+`num_warmup_batches=0` keeps each step's rollouts on the newest weights, so that the actor/rollout
+agreement below tests the sync rather than staleness.
 """
 
 import pytest
@@ -19,7 +20,6 @@ SEPARATE_ASYNC = [
     "ray_kwargs.ray_init.num_gpus=2",  # trainer 1 + standalone rollout 1
     "actor_rollout_ref.rollout.nnodes=1",
     "actor_rollout_ref.rollout.n_gpus_per_node=1",
-    "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq",
     "actor_rollout_ref.model.lora.merge=True",
     "trainer.v1.separate_async.parameter_sync_step=1",  # train_batch_size == 1 x ppo_mini_batch_size
     "trainer.v1.separate_async.num_warmup_batches=0",

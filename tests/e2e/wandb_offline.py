@@ -46,5 +46,7 @@ def read_offline_history(path: Path) -> list[dict]:
             record.ParseFromString(b"".join(parts))
             parts = []
             if record.WhichOneof("record_type") == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+                rows.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
     return rows

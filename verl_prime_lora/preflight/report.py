@@ -1,0 +1,161 @@
+"""Per-GPU totals: every GPU's table, peak and verdict for a `Layout`, and the placement lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl_prime_lora.preflight.layout import Layout
+from verl_prime_lora.preflight.memory_formulas import GIB, VLLM_SLEEP_RESIDUE_BYTES
+from verl_prime_lora.preflight.vllm_memory import RolloutSpec, VllmEstimate, vllm_estimate
+from verl_prime_lora.preflight.worker_memory import Row, WorkerEstimate, dtype_name, worker_estimate
+
+
+@dataclass
+class GpuEstimate:
+    title: str
+    available: int
+    rows: list[Row]  # the table (component, bytes)
+    total: int
+    explanation: str
+    fits: bool
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return self.available - self.total
+
+
+@dataclass
+class Report:
+    layout: Layout
+    gpus: list[GpuEstimate]
+    cpu_rows: list[Row]
+    placement: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return all(g.fits for g in self.gpus)
+
+    @property
+    def worst_overshoot(self) -> int:
+        return max(g.total - g.available for g in self.gpus)
+
+
+def trainer_gpu_estimate(workers: list[WorkerEstimate], vllm: VllmEstimate | None, rollout: RolloutSpec):
+    """max over workers w of (w's peak + Σ others' held) [+ vLLM's sleep residue]; colocated also at rollout:
+    Σ held (the actor's cache emptied) + vLLM's share. Returns (total, which, rows)."""
+    rows: list[Row] = []
+    for w in workers:
+        rows += [Row(f"{w.name}: {r.label}", r.bytes) for r in w.resident]
+        if w.peak_phase:
+            rows += [Row(f"{w.name}: {w.peak_phase} phase: {r.label}", r.bytes) for r in w.phases[w.peak_phase]]
+    best, which = 0, ""
+    for w in workers:
+        others = sum(v.held_bytes for v in workers if v is not w)
+        at = w.peak_bytes + others
+        if at > best:
+            best, which = at, f"{w.name} {w.peak_phase or 'idle'} phase"
+    train_time = best
+    if vllm is None:
+        return train_time, f"peak during the {which} (the other workers hold their cached peaks)", rows
+    residue = VLLM_SLEEP_RESIDUE_BYTES if rollout.free_cache_engine else vllm.share
+    train_time += residue
+    rollout_time = sum(w.held_at_rollout_bytes for w in workers) + vllm.share
+    rows.append(Row(f"vLLM colocated: gpu_memory_utilization share ({rollout.gpu_memory_utilization:g})", vllm.share))
+    if rollout_time >= train_time:
+        return (
+            rollout_time,
+            f"peak at rollout: vLLM awake with its whole share while the trainers hold "
+            f"{sum(w.held_at_rollout_bytes for w in workers) / GIB:.2f} GiB (training peak, vLLM asleep: "
+            f"{train_time / GIB:.2f} GiB)",
+            rows,
+        )
+    return (
+        train_time,
+        f"peak during the {which}, vLLM asleep ({residue / GIB:.1f} GiB left); at rollout {rollout_time / GIB:.2f} GiB",
+        rows,
+    )
+
+
+def estimate(layout: Layout, gpu_bytes: int) -> Report:
+    """Every GPU's table, total and verdict for `layout` on GPUs of `gpu_bytes`."""
+    workers = [worker_estimate(shape, spec) for shape, spec in layout.workers]
+    gpus: list[GpuEstimate] = []
+    colocated_vllm = None if layout.standalone_rollout else vllm_estimate(layout.actor_shape, layout.rollout, gpu_bytes)
+    total, why, rows = trainer_gpu_estimate(workers, colocated_vllm, layout.rollout)
+    if sum(r.bytes for r in rows) != total:
+        why += " (the rows list each worker at its own peak; not all of them coincide)"
+    problems = []
+    if colocated_vllm is not None and not colocated_vllm.holds_one_sequence:
+        problems.append(_kv_problem(colocated_vllm))
+    names = " + ".join(w.name for w in workers) + (" + vLLM" if colocated_vllm else "")
+    count = layout.trainer_gpus
+    title = f"GPU 0{f'..{count - 1}' if count > 1 else ''} ({_each('trainer pool', count)}): {names}"
+    gpus.append(GpuEstimate(title, gpu_bytes, rows, total, why, total <= gpu_bytes and not problems, problems))
+
+    if layout.standalone_rollout and layout.rollout_gpus > 0:
+        v = vllm_estimate(layout.actor_shape, layout.rollout, gpu_bytes)
+        rows = [
+            Row(f"vLLM share (gpu_memory_utilization {layout.rollout.gpu_memory_utilization:g})", v.share),
+            Row(f"  of which weights {dtype_name(layout.rollout.weight_bytes)} (÷TP·PP)", v.weights),
+            Row("  of which activations / CUDA graphs (rough)", v.overhead),
+            Row(f"  of which KV cache ({v.kv_per_token / 1024:.0f} KiB/token)", max(0, v.kv_room)),
+        ]
+        if layout.rollout.receive_buffer_bytes:
+            rows.append(Row("nccl weight-sync receive buffers (2 x bucket)", layout.rollout.receive_buffer_bytes))
+        total = v.share + layout.rollout.receive_buffer_bytes
+        problems = [] if v.holds_one_sequence else [_kv_problem(v)]
+        why = (
+            f"KV cache holds {v.full_sequences} sequences of max_model_len {v.max_model_len} "
+            f"(a step samples {v.sequences_per_step})"
+        )
+        first = layout.trainer_gpus
+        last = first + layout.rollout_gpus - 1
+        title = f"GPU {first}{f'..{last}' if last > first else ''} ({_each('rollout pool', layout.rollout_gpus)}): vLLM"
+        gpus.append(GpuEstimate(title, gpu_bytes, rows, total, why, total <= gpu_bytes and not problems, problems))
+    elif colocated_vllm is not None:
+        held = colocated_vllm.full_sequences
+        gpus[0].explanation += f"; vLLM's KV cache holds {held} sequences of {colocated_vllm.max_model_len} tokens"
+
+    cpu_rows = [r for w in workers for r in w.cpu]
+    return Report(layout, gpus, cpu_rows, placement_lines(layout))
+
+
+def _each(pool: str, count: int) -> str:
+    return f"{pool}, 1 GPU" if count == 1 else f"{pool}, each of its {count} GPUs"
+
+
+def _kv_problem(v: VllmEstimate) -> str:
+    return (
+        f"vLLM's share leaves {max(0, v.kv_room) / GIB:.2f} GiB of KV cache, less than one sequence of "
+        f"max_model_len {v.max_model_len} ({v.kv_per_token * v.max_model_len / GIB:.2f} GiB): vLLM refuses to start"
+    )
+
+
+def placement_lines(layout: Layout) -> list[str]:
+    lines = [
+        f"trainer pool: trainer.nnodes {layout.trainer_nodes} x trainer.n_gpus_per_node "
+        f"{layout.trainer_gpus_per_node} = {layout.trainer_gpus} GPU(s), FSDP shards "
+        f"{', '.join(sorted({str(s.shards) for _, s in layout.workers}))}"
+    ]
+    tp, pp = layout.rollout.tensor_parallel, layout.rollout.pipeline_parallel
+    if layout.standalone_rollout:
+        replicas = layout.rollout_gpus // max(1, tp * pp)
+        lines.append(
+            f"rollout pool ({layout.trainer_mode}, standalone): actor_rollout_ref.rollout.nnodes "
+            f"{layout.rollout_nodes} x n_gpus_per_node {layout.rollout_gpus_per_node} = {layout.rollout_gpus} GPU(s), "
+            f"TP {tp} x PP {pp} -> {replicas} vLLM replica(s)"
+        )
+        total = layout.trainer_gpus + layout.rollout_gpus
+        lines.append(
+            f"the run needs {total} GPUs: {layout.trainer_gpus} for training + {layout.rollout_gpus} for vLLM "
+            f"(one machine with {total} GPUs, or the pools on different nodes)"
+        )
+    else:
+        replicas = layout.trainer_gpus // max(1, tp * pp)
+        lines.append(
+            f"rollout ({layout.trainer_mode}): vLLM colocated on the trainer pool's GPUs, TP {tp} x PP {pp} -> "
+            f"{replicas} replica(s); the run needs {layout.trainer_gpus} GPU(s)"
+        )
+    lines.append(f"PRM reference: {layout.prm_reference} (verl_prime_lora.trainer.reference_source)")
+    return lines

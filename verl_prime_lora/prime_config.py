@@ -1,0 +1,292 @@
+"""The typed PRIME config: `prime.*` and `algorithm.prime.*` as frozen dataclasses.
+
+Every PRIME setting has its one default and its validation here; the driver-side checks
+(`config_checks.validate_prime_config`), the trainer, the PRM worker, the reward-failure guard and
+the advantage estimators all read these objects instead of the raw config.
+
+* `PrimeConfig` — `prime`: `max_failed_rollout_ratio` and `prm` (`PrmConfig`, the implicit PRM's
+  knobs). `prime.prm.{model,engine,optim,checkpoint}` are veRL's own schemas (the recipe composes them
+  from veRL's `hf_model`, `fsdp` engine and `fsdp` optimizer groups): they stay in the config, and
+  `prm_worker.build_prm_worker_config` types them with veRL's dataclasses.
+* `AdvantageConfig` — `algorithm.prime`: the estimators' knobs (`core_algos`). veRL's V1 trainer
+  hands the estimators `config.algorithm` as a DictConfig, so `algorithm.prime` reaches them as is;
+  given veRL's `AlgoConfig` (which has no `prime` field) they get the defaults.
+
+The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them).
+
+The sections follow veRL's `BaseConfig` pattern (verl/base_config.py): dataclasses whose fields hold
+the defaults, read-only once built, converted from the OmegaConf node the way veRL's
+`omega_conf_to_dataclass` does (an `OmegaConf.structured` schema merged with the node, so values
+are converted to the field types and keys the schema lacks are refused) and checked in
+`__post_init__`. They do not subclass `verl.base_config.BaseConfig`: importing it runs `verl/__init__`
+(Ray, torch, veRL's plugin loading), and `core_algos` and `prm_worker` import this module yet must
+import without veRL — veRL's plugin loader imports them while `verl` itself is half-initialised.
+Every error is a `PrimeConfigError` whose message starts with the full key (`prime.prm.update: …`).
+Nothing here imports veRL, torch or Ray.
+"""
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+UPDATE_MODES = ("before", "after", "none")  # prime.prm.update
+REFERENCE_TYPES = ("init", "policy")  # prime.prm.reference
+PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (core_algos.PROCESS_NORMS implements them)
+PROCESS_BASELINES = ("group_norm", "leave_one_out")  # algorithm.prime.process_baseline
+# Reward-info keys that are not an outcome accuracy and must never become the PRM label.
+FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
+# prime.prm sections typed by veRL's own dataclasses (prm_worker.build_prm_worker_config), not here.
+PRM_VERL_SECTIONS = ("model", "engine", "optim", "checkpoint")
+
+
+class PrimeConfigError(ValueError):
+    """A PRIME config problem; the message starts with the offending key."""
+
+
+def config_value(config: Any, path: str, default: Any = None) -> Any:
+    """``config.<path>`` (dotted) for a DictConfig, dict or dataclass; ``default`` when absent or None."""
+    node = config
+    for key in path.split("."):
+        if node is None:
+            return default
+        node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
+    return default if node is None else node
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A typed config section: `KEY` is its path in the composed config, used in every error message."""
+
+    KEY: ClassVar[str] = ""
+    # sections of the node that other schemas type: skipped when converting, never refused
+    FOREIGN: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, node: Any) -> "_Section":
+        """The section built from its config node (DictConfig or dict; None: every default).
+
+        Interpolations are resolved, values converted to the field types; an unknown key, a value of
+        the wrong type or one that fails `__post_init__` raises `PrimeConfigError` naming its key.
+        """
+        if isinstance(node, cls):
+            return node
+        if node is None:
+            return cls()
+        if not isinstance(node, Mapping):
+            raise PrimeConfigError(f"{cls.KEY}: is {node!r}; expected a mapping of its settings.")
+        names = {f.name for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        values, nested = {}, {}
+        for key in node:
+            if key in cls.FOREIGN:
+                continue
+            full_key = f"{cls.KEY}.{key}"
+            if key not in names:
+                raise PrimeConfigError(f"{full_key}: is not a setting of {cls.KEY} (known: {sorted(names)}).")
+            try:
+                value = node[key]
+            except OmegaConfBaseException as err:
+                raise PrimeConfigError(f"{full_key}: {_first_line(err)}") from None
+            if isinstance(hints[key], type) and issubclass(hints[key], _Section):
+                nested[key] = hints[key].from_config(value)
+            else:
+                values[key] = value
+        try:
+            typed = OmegaConf.merge(OmegaConf.structured(cls), values)
+            converted = {key: typed[key] for key in values}
+        except OmegaConfBaseException as err:
+            name = getattr(err, "full_key", None)
+            if name not in values:
+                raise PrimeConfigError(f"{cls.KEY}: {_first_line(err)}") from None
+            raise PrimeConfigError(
+                f"{cls.KEY}.{name}: is {values[name]!r}; expected {_expected(hints[name])}."
+            ) from None
+        return cls(**converted, **nested)
+
+    def _fail(self, name: str, message: str) -> None:
+        raise PrimeConfigError(f"{self.KEY}.{name}: is {getattr(self, name)!r}; {message}")
+
+    def _set(self, name: str, value: Any) -> None:
+        """Normalises a field while `__post_init__` runs (the section is read-only afterwards)."""
+        object.__setattr__(self, name, value)
+
+
+def _first_line(err: Exception) -> str:
+    return (getattr(err, "msg", None) or str(err)).splitlines()[0]
+
+
+def _expected(hint: Any) -> str:
+    """What a field of type `hint` accepts, in words."""
+    args = typing.get_args(hint)
+    base = next(arg for arg in args if arg is not type(None)) if args else hint
+    words = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(base, str(base))
+    return words + (" or null" if type(None) in args else "")
+
+
+@dataclass(frozen=True)
+class PrmConfig(_Section):
+    """`prime.prm`: the implicit PRM, r_t = β·(log π_φ − log π_ref)(y_t), trained with BCE on the outcome label.
+
+    Args:
+        beta: β of the implicit reward; > 0.
+        update: `before` (update, then recompute the rewards), `after` (rewards from the pre-update
+            PRM, then update) or `none` (frozen).
+        reference: `init` (the PRM's initial weights) or `policy` (the rollout policy's old log-probs).
+        label_key: the `reward_extra_info` key holding the 0/1 outcome accuracy (never the format
+            reward or the combined score).
+        balance_labels: weigh right and wrong responses equally in the PRM loss.
+        mini_batch_size: prompts per PRM optimizer step (x rollout.n); null: the actor's
+            `ppo_mini_batch_size` (what the recipe interpolates), filled in by `prime_config`.
+        micro_batch_size_per_gpu: responses per PRM forward/backward.
+        infer_micro_batch_size_per_gpu: responses per PRM / reference log-prob forward; null: as
+            `micro_batch_size_per_gpu`.
+        use_dynamic_bsz: token-budget micro-batches instead (then `max_token_len_per_gpu` is required).
+        max_token_len_per_gpu: token budget per micro-batch with `use_dynamic_bsz`.
+        infer_max_token_len_per_gpu: the same for log-prob forwards; null: as `max_token_len_per_gpu`.
+        epochs: passes over the batch per RL step.
+        shuffle: shuffle responses across PRM mini-batches.
+        seed: the mini-batch shuffling seed.
+    """
+
+    KEY: ClassVar[str] = "prime.prm"
+    FOREIGN: ClassVar[tuple[str, ...]] = PRM_VERL_SECTIONS
+
+    beta: float = 0.05
+    update: str = "before"
+    reference: str = "init"
+    label_key: str = "acc"
+    balance_labels: bool = False
+    mini_batch_size: Optional[int] = None
+    micro_batch_size_per_gpu: int = 2
+    infer_micro_batch_size_per_gpu: Optional[int] = 4
+    use_dynamic_bsz: bool = False
+    max_token_len_per_gpu: Optional[int] = None
+    infer_max_token_len_per_gpu: Optional[int] = None
+    epochs: int = 1
+    shuffle: bool = False
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        if not self.beta > 0:
+            self._fail("beta", "the implicit-reward scale β must be > 0.")
+        if self.update not in UPDATE_MODES:
+            self._fail("update", f"choose one of {list(UPDATE_MODES)}.")
+        if self.reference not in REFERENCE_TYPES:
+            self._fail("reference", f"choose one of {list(REFERENCE_TYPES)}.")
+        if not self.label_key or self.label_key in FORBIDDEN_LABEL_KEYS:
+            self._fail(
+                "label_key",
+                "the PRM label must be the 0/1 outcome accuracy (`acc`), never the format reward or the "
+                "combined score.",
+            )
+        if self.mini_batch_size is not None and self.mini_batch_size <= 0:
+            self._fail("mini_batch_size", "prompts per PRM optimizer step: > 0, or null for the actor's.")
+        for name in ("micro_batch_size_per_gpu", "epochs"):
+            if getattr(self, name) <= 0:
+                self._fail(name, "it must be > 0.")
+        if self.infer_micro_batch_size_per_gpu is None:
+            self._set("infer_micro_batch_size_per_gpu", self.micro_batch_size_per_gpu)
+        elif self.infer_micro_batch_size_per_gpu <= 0:
+            self._fail("infer_micro_batch_size_per_gpu", "it must be > 0, or null for micro_batch_size_per_gpu.")
+        if self.use_dynamic_bsz and not self.max_token_len_per_gpu:
+            self._fail("max_token_len_per_gpu", "a token budget > 0 is required with prime.prm.use_dynamic_bsz=true.")
+        if self.infer_max_token_len_per_gpu is None:
+            self._set("infer_max_token_len_per_gpu", self.max_token_len_per_gpu)
+
+
+@dataclass(frozen=True)
+class PrimeConfig(_Section):
+    """`prime`: the PRIME trainers' settings.
+
+    Args:
+        max_failed_rollout_ratio: the largest share of a step's rollouts that may fail in the reward
+            function or be dropped before training, in [0, 1] (0: stop at the first; 1: never stop;
+            see `reward_failures`).
+        prm: the implicit PRM (`PrmConfig`).
+    """
+
+    KEY: ClassVar[str] = "prime"
+
+    max_failed_rollout_ratio: float = 0.0
+    prm: PrmConfig = field(default_factory=PrmConfig)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_failed_rollout_ratio <= 1.0:
+            self._fail(
+                "max_failed_rollout_ratio",
+                "the largest share of a step's rollouts that may fail in the reward function or be dropped "
+                "before training: a number in [0, 1] (0: stop at the first; 1: never stop).",
+            )
+
+
+@dataclass(frozen=True)
+class AdvantageConfig(_Section):
+    """`algorithm.prime`: the PRIME advantage A = c_o·A^o + w·c_p·A^p (`core_algos`).
+
+    Args:
+        outcome_coef: c_o, the weight of the outcome advantage.
+        process_coef: c_p, the weight of the process advantage (0: outcome only).
+        process_norm: the group normalisation of the process part with a `group_norm` baseline:
+            `sequence` (stats of the PRM's sequence logits, length-free) or `token` (the seed's).
+        process_std_threshold: no process term in groups whose std is below this; >= 0.
+        process_gate: the PRM's running pairwise accuracy at which the process term counts fully
+            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1).
+        whiten_advantages: masked whitening of the final advantage over the batch.
+        epsilon: the std epsilon (as veRL's grpo); >= 0.
+        outcome_estimator: the outcome estimator of the composed `prime` estimator: any registered
+            outcome-only veRL estimator (not a PRIME one).
+        process_baseline: the process baseline of the composed `prime` estimator: `group_norm` or
+            `leave_one_out`.
+    """
+
+    KEY: ClassVar[str] = "algorithm.prime"
+
+    outcome_coef: float = 1.0
+    process_coef: float = 1.0
+    process_norm: str = "sequence"
+    process_std_threshold: float = 0.01
+    process_gate: Optional[float] = 0.75
+    whiten_advantages: bool = False
+    epsilon: float = 1e-6
+    outcome_estimator: str = "grpo"
+    process_baseline: str = "group_norm"
+
+    def __post_init__(self) -> None:
+        if self.process_norm not in PROCESS_NORMS:
+            self._fail("process_norm", f"choose one of {list(PROCESS_NORMS)}.")
+        if self.process_std_threshold < 0:
+            self._fail("process_std_threshold", "a group std threshold: >= 0.")
+        if self.process_gate is not None and not 0.5 < self.process_gate <= 1.0:
+            self._fail(
+                "process_gate",
+                "it is the PRM's held-out pairwise accuracy at which the process term counts fully: "
+                "a number in (0.5, 1], or null for no gate.",
+            )
+        if self.epsilon < 0:
+            self._fail("epsilon", "the std epsilon: >= 0.")
+        if self.outcome_estimator.startswith("prime"):
+            self._fail("outcome_estimator", "name an outcome estimator (e.g. grpo, rloo), not a PRIME one.")
+        if self.process_baseline not in PROCESS_BASELINES:
+            self._fail("process_baseline", f"choose one of {list(PROCESS_BASELINES)}.")
+
+
+def prime_config(config: Any) -> PrimeConfig:
+    """The typed `prime` section of a composed config (every default when it has none).
+
+    A null `prime.prm.mini_batch_size` becomes the actor's `ppo_mini_batch_size`.
+    """
+    prime = PrimeConfig.from_config(config_value(config, "prime"))
+    actor_mini = config_value(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    if prime.prm.mini_batch_size is None and actor_mini is not None:
+        prime = dataclasses.replace(prime, prm=dataclasses.replace(prime.prm, mini_batch_size=int(actor_mini)))
+    return prime
+
+
+def advantage_config(algorithm_config: Any) -> AdvantageConfig:
+    """The typed `algorithm.prime` of an algorithm config (DictConfig, dict, veRL's `AlgoConfig` or None)."""
+    return AdvantageConfig.from_config(config_value(algorithm_config, "prime"))
