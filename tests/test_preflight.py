@@ -14,24 +14,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl_prime_lora import preflight as pf
 from verl_prime_lora.preflight import GIB, ModelShape
+from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
-# DeepSeek-R1-Distill-Qwen-1.5B's config.json (the seed's base model: actor, PRM and reference)
-SEED_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "vocab_size": 151936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000,
-    "hidden_act": "silu",
-}
+SEED_CONFIG = R1_DISTILL_QWEN_1_5B_CONFIG  # the seed's base model: actor, PRM and reference
 SEED_PARAMS = 1_777_088_000
 # Qwen2-7B's shape (a 7B that must not fit on a 24 GiB GPU with a full-parameter PRM)
 QWEN2_7B_CONFIG = {
@@ -203,7 +188,23 @@ def test_full_parameter_prm_costs_16_bytes_per_parameter_and_shards():
     assert off.resident_bytes == pf.CUDA_CONTEXT_BYTES
     assert sum(r.bytes for r in off.cpu) == 12 * SEED_PARAMS
     assert off.peak_bytes == one.peak_bytes
-    assert off.held_bytes == pf.CUDA_CONTEXT_BYTES and one.held_bytes == one.peak_bytes
+    assert off.held_bytes == pf.CUDA_CONTEXT_BYTES
+    # not offloaded: it keeps its allocator's cache, ALLOCATOR_CACHE_FACTOR x its largest phase (measured)
+    assert one.held_bytes == one.resident_bytes + int(2.0 * (one.peak_bytes - one.resident_bytes))
+    assert pf.ALLOCATOR_CACHE_FACTOR == 2.0
+
+
+def test_optimizer_step_is_the_full_parameter_peak_on_short_micro_batches():
+    """PyTorch's foreach AdamW allocates one fp32 temporary of the trainable size (√v) next to the grads:
+    on an H200 the full PRM's update peak above its resident states was exactly grads + that (2 x 4 B x P)."""
+    shape = ModelShape.from_hf_config(SEED_CONFIG)
+    spec = pf.EngineSpec(name="PRM", trainable=True, param_bytes=4, compute_bytes=2, shards=1, train_tokens=512)
+    est = pf.worker_estimate(shape, spec)
+    step = sum(r.bytes for r in est.phases["optimizer step"])
+    assert step == 2 * 4 * SEED_PARAMS
+    assert est.peak_phase == "optimizer step"
+    lora = pf.worker_estimate(shape, pf.EngineSpec(**{**spec.__dict__, "lora_rank": 32, "targets": pf.LINEARS}))
+    assert sum(r.bytes for r in lora.phases["optimizer step"]) == 2 * 4 * pf.lora_param_count(shape, 32, pf.LINEARS)
 
 
 # -- the seed's layouts ------------------------------------------------------------------------------
@@ -335,10 +336,13 @@ def test_gradient_checkpointing_and_micro_batch_move_the_activations(seed_model)
         pf.estimate(layout(seed_model, "actor_rollout_ref.model.enable_gradient_checkpointing=false"), 80 * GIB)
     )
     assert no_ckpt["PRM (full): update phase: activations (8192 tok, no checkpointing)"] > 10 * base
-    dyn = pf.estimate(
-        layout(seed_model, "prime.prm.use_dynamic_bsz=true", "prime.prm.max_token_len_per_gpu=2048"), 80 * GIB
-    )
-    assert "PRM (full): update phase: activations (2048 tok, checkpointing)" in rows(dyn)
+    dyn = layout(seed_model, "prime.prm.use_dynamic_bsz=true", "prime.prm.max_token_len_per_gpu=2048")
+    prm = next(pf.worker_estimate(shape, spec) for shape, spec in dyn.workers if spec.name == "PRM (full)")
+    assert "activations (2048 tok, checkpointing)" in [r.label for r in prm.phases["update"]]
+    # a short micro-batch: the optimizer step (grads + AdamW's temporary) is the PRM's peak
+    assert prm.peak_phase == "optimizer step"
+    table = rows(pf.estimate(dyn, 80 * GIB))
+    assert any(k.startswith("PRM (full): optimizer step phase: AdamW step temporary") for k in table)
 
 
 def test_impossible_placement_is_a_config_error(capsys, seed_model):

@@ -13,6 +13,25 @@ from typing import Any
 from verl_prime_lora.preflight.errors import PreflightConfigError
 
 DENSE_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
+# DeepSeek-R1-Distill-Qwen-1.5B's config.json, from its published dimensions (the seed's base model: actor, PRM
+# and reference). The preflight's tests and `benchmarks/gpu_memory_check.py` size the seed run with it.
+R1_DISTILL_QWEN_1_5B_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000,
+    "hidden_act": "silu",
+}
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 

@@ -57,7 +57,12 @@ def trainer_gpu_estimate(workers: list[WorkerEstimate], vllm: VllmEstimate | Non
             best, which = at, f"{w.name} {w.peak_phase or 'idle'} phase"
     train_time = best
     if vllm is None:
-        return train_time, f"peak during the {which} (the other workers hold their cached peaks)", rows
+        return (
+            train_time,
+            f"peak during the {which}; meanwhile the others hold their resident states and allocator caches "
+            f"({', '.join(f'{w.name} {w.held_bytes / GIB:.1f} GiB' for w in workers if not which.startswith(w.name))})",
+            rows,
+        )
     residue = VLLM_SLEEP_RESIDUE_BYTES if rollout.free_cache_engine else vllm.share
     train_time += residue
     rollout_time = sum(w.held_at_rollout_bytes for w in workers) + vllm.share

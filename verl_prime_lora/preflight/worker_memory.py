@@ -10,12 +10,16 @@ Notation as in `memory_formulas` (P = parameters, c = compute bytes, p = param b
 * forward-only engines (frozen references) keep their weights in CPU RAM: veRL wraps them with FSDP
   `CPUOffload(offload_params=True)` (fsdp) or `CPUOffloadPolicy` (fsdp2); the GPU sees one unit at a time.
 * each worker process: its resident states + a CUDA context (0.5 GiB) + at most one phase at a time
-  (update: grads + compute copy + activations + logits + offloaded states brought back; log-prob: compute
-  copy + working set + logits; the actor's weight sync: the bucket buffers). PyTorch's caching allocator
-  keeps a process's freed blocks, and veRL empties a worker's cache only when it offloads its parameters
-  (`fsdp_utils.offload_fsdp_model_to_cpu`) and, colocated, the actor's before vLLM wakes up
-  (`engine_workers.py:769`); so a worker without `param_offload` keeps holding its own peak while the
-  others run. GPU peak = max over workers of (its peak + what the others hold).
+  (update, forward and backward: grads + compute copy + activations + logits + offloaded states brought back;
+  optimizer step: grads + the one temporary of the trainable parameters' size that PyTorch's foreach AdamW
+  allocates (√v, `_foreach_sqrt`), the peak of a full-parameter update when its micro-batch is short;
+  log-prob: compute copy + working set + logits; the actor's weight sync: the bucket buffers).
+* PyTorch's caching allocator keeps a process's freed blocks, and veRL empties a worker's cache only when it
+  offloads its parameters (`fsdp_utils.offload_fsdp_model_to_cpu`) and, colocated, the actor's before vLLM
+  wakes up (`engine_workers.py:769`); so a worker without `param_offload` keeps holding its resident states
+  and its allocator's cache while the others run: `ALLOCATOR_CACHE_FACTOR` (2.0, measured on an H200) × its
+  largest phase, more than that phase, as cached blocks of different phases' sizes are not reused.
+  GPU peak = max over workers of (its peak + what the others hold).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verl_prime_lora.preflight.memory_formulas import (
+    ALLOCATOR_CACHE_FACTOR,
     CUDA_CONTEXT_BYTES,
     fsdp_compute_copy_bytes,
     logits_bytes,
@@ -89,8 +94,11 @@ class WorkerEstimate:
 
     @property
     def held_bytes(self) -> int:
-        """What it keeps on the GPU while another worker runs (its cached peak unless it offloads)."""
-        return self.resident_bytes if self.releases_cache else self.peak_bytes
+        """What it keeps on the GPU while another worker runs: its resident states if it offloads (veRL then
+        empties its cache), else those + its allocator's cache, `ALLOCATOR_CACHE_FACTOR` × its largest phase."""
+        if self.releases_cache or self.peak_phase is None:
+            return self.resident_bytes
+        return self.resident_bytes + int(ALLOCATOR_CACHE_FACTOR * (self.peak_bytes - self.resident_bytes))
 
     @property
     def held_at_rollout_bytes(self) -> int:
@@ -167,6 +175,12 @@ def worker_estimate(shape: ModelShape, spec: EngineSpec) -> WorkerEstimate:
                 f"logits ({spec.train_tokens} tok)",
                 logits_bytes(shape, spec.train_tokens, c, True, spec.train_temperature_copy),
             ),
+        ]
+        phases["optimizer step"] = [
+            *loaded,
+            *loaded_for_update,
+            Row(f"grads {dtype_name(p)} ({shard_note})", (trainable * p) // n),
+            Row(f"AdamW step temporary √v {dtype_name(p)} ({shard_note}, foreach)", (trainable * p) // n),
         ]
     if spec.infer_tokens > 0:
         phases["log-prob"] = [
