@@ -2,11 +2,8 @@
 run and the device layout, each failing with the config key and the path or row; correct configs pass."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import verl
 from hydra import compose, initialize_config_dir
+from main_ppo_driver import main_ppo_stopped_before_ray
 
 import verl_prime_lora.verl_patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
 from verl_prime_lora.input_checks import InputCheckError, check_inputs
@@ -362,24 +360,12 @@ def test_verl_validate_config_runs_the_input_checks(assets, tmp_path):
 def test_main_ppo_fails_before_ray_on_an_empty_model_folder(assets, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = dict(os.environ, HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl.trainer.main_ppo",
-            "+recipe=[prime_lora_colocated,cpu]",
-            f"data.train_files={assets['train']}",
-            f"data.val_files={assets['test']}",
-            f"actor_rollout_ref.model.path={empty}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
+    stderr = main_ppo_stopped_before_ray(
+        tmp_path,
+        "+recipe=[prime_lora_colocated,cpu]",
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['test']}",
+        f"actor_rollout_ref.model.path={empty}",
     )
-    assert proc.returncode != 0
     expected = f"InputCheckError: actor_rollout_ref.model.path: {empty} holds no config.json"
-    assert expected in proc.stderr, proc.stderr[-3000:]
-    assert "Started a local Ray instance" not in proc.stdout + proc.stderr
+    assert expected in stderr, stderr[-3000:]

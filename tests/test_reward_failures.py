@@ -192,6 +192,23 @@ def test_verl_reward_loop_worker_is_guarded_for_prime_trainers():
     assert columns["acc"].tolist() == [1.0, 0.0, 1.0, 0.0]
 
 
+def test_guard_reads_the_prime_config_once_per_worker(monkeypatch):
+    """The typed PRIME config is built once per reward worker, not once per rollout."""
+    import verl_prime_lora.reward_failures as rf
+
+    calls = []
+    real = rf.prime_config
+    monkeypatch.setattr(rf, "prime_config", lambda cfg: calls.append(1) or real(cfg))
+
+    async def score_twice():
+        worker = _worker(PRIME_CONFIG)
+        await worker.compute_score_batch(_rows(4))
+        return await worker.compute_score_batch(_rows(4))
+
+    assert [o["reward_score"] for o in run(score_twice)] == [1.0, 0.0, 1.0, 0.0]
+    assert len(calls) == 1
+
+
 def test_other_trainers_keep_verl_behaviour():
     config = {**PRIME_CONFIG, "trainer": {"v1": {"trainer_mode": "sync"}}}
 
@@ -414,3 +431,25 @@ def test_prompt_filter_never_evicts_a_group_with_a_failed_reward(monkeypatch):
     evicted, _ = band._dapo_filtered_keys("train")
     assert evicted == {"low"}
     assert band.filter_counts["judged"] == 1
+
+
+def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
+    """`_compute_advantage` accounts for the batch first: a stop costs no PRM or reference forward."""
+    from types import SimpleNamespace
+
+    import verl_prime_lora.trainer as trainer_module
+
+    keys, is_padding, fields = _batch()
+    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
+    forwards = []
+    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
+    trainer.config = colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3")
+    trainer.prime = prime_config(trainer.config)
+    trainer.parameter_sync_step, trainer.global_steps = 1, 4
+    trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
+    trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")
+    batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{"is_padding": p} for p in is_padding])
+    metrics = {}
+    with pytest.raises(RolloutFailureError, match="step 4 lost 5 of 9 rollouts"):
+        trainer._compute_advantage(batch, metrics)
+    assert forwards == [] and metrics["prime/dropped_rollouts_total"] == 4.0

@@ -237,16 +237,7 @@ class PrimeTrainerMixin:
     def _compute_advantage(self, batch, metrics: dict):
         timing = getattr(self, "timing_raw", {})
 
-        # 1. PRM forward, before any update of this step. It comes before the reference on purpose:
-        # FSDP2 fixes a parameter's mixed-precision dtypes at its first forward, and a LoRA PRM's
-        # reference forward disables the adapter (peft sets requires_grad=False on it), so a first
-        # forward in that state would leave bf16 gradients for fp32 adapter weights (torch refuses).
-        with marked_timer("prm_forward", timing):
-            prm_lp = self.prm.log_probs(batch)
-
-        # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
-        with marked_timer("prm_ref", timing):
-            ref_lp = self._prm_reference_log_probs(batch)
+        # 0. the batch's accounting first, so a failed or refused batch stops before any PRM or reference forward
         info = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"]
         )
@@ -260,6 +251,17 @@ class PrimeTrainerMixin:
         metrics.update(account.metrics())
         account.check(self.prime.max_failed_rollout_ratio, self.global_steps)
         refuse_multi_output_sessions(batch.keys, is_padding)
+
+        # 1. PRM forward, before any update of this step. It comes before the reference on purpose:
+        # FSDP2 fixes a parameter's mixed-precision dtypes at its first forward, and a LoRA PRM's
+        # reference forward disables the adapter (peft sets requires_grad=False on it), so a first
+        # forward in that state would leave bf16 gradients for fp32 adapter weights (torch refuses).
+        with marked_timer("prm_forward", timing):
+            prm_lp = self.prm.log_probs(batch)
+
+        # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
+        with marked_timer("prm_ref", timing):
+            ref_lp = self._prm_reference_log_probs(batch)
         # a row whose reward failed has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
         unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows, strict=True)]
         labels = labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key)

@@ -178,6 +178,9 @@ def tolerate_flush_kwarg_in_separate_async_logger() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+_LABEL_KEY_ATTR = "_prime_guarded_label_key"  # cached on each RewardLoopWorker
+
+
 def install_reward_failure_guard() -> None:
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
@@ -188,17 +191,23 @@ def install_reward_failure_guard() -> None:
         return
     original_batch = RewardLoopWorker.compute_score_batch
 
+    def label_key(worker) -> str | None:
+        """`guarded_label_key` of the worker's config, read (a typed PRIME config built) once per worker."""
+        if _LABEL_KEY_ATTR not in worker.__dict__:
+            worker.__dict__[_LABEL_KEY_ATTR] = guarded_label_key(worker.config)
+        return worker.__dict__[_LABEL_KEY_ATTR]
+
     @functools.wraps(original)
     async def compute_score(self, data):
-        label_key = guarded_label_key(self.config)
-        if label_key is None:
+        key = label_key(self)
+        if key is None:
             return await original(self, data)
-        return await guarded_score(lambda: original(self, data), label_key)
+        return await guarded_score(lambda: original(self, data), key)
 
     @functools.wraps(original_batch)
     async def compute_score_batch(self, data):
         outputs = await original_batch(self, data)
-        return outputs if guarded_label_key(self.config) is None else complete_key_sets(outputs)
+        return outputs if label_key(self) is None else complete_key_sets(outputs)
 
     RewardLoopWorker.compute_score = _mark(compute_score)
     RewardLoopWorker.compute_score_batch = _mark(compute_score_batch)
