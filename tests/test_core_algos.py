@@ -447,6 +447,45 @@ def test_implicit_rewards_and_sequence_logits():
     assert ca.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
 
 
+def test_centred_rewards_subtract_the_batch_mean_log_ratio():
+    lp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]], dtype=torch.float64)
+    lr = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]], dtype=torch.float64)
+    m = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    # q on the 5 masked tokens: 0.5, -1, 0, 0.5, 0 -> q̄ = 0
+    assert ca.mean_token_log_ratio(lp, lr, m).item() == pytest.approx(0.0)
+    shifted = lp - 0.4  # the PRM lowered every token by 0.4: q̄ = -0.4
+    assert ca.mean_token_log_ratio(shifted, lr, m).item() == pytest.approx(-0.4)
+    # by hand: r = β (q − q̄) m
+    expected = 0.05 * (shifted - lr + 0.4) * m
+    torch.testing.assert_close(ca.implicit_process_rewards(shifted, lr, m, 0.05, center=True), expected)
+    # uncentred, the shift is a length term: z falls by β·0.4·L_i (L = 3, 2)
+    torch.testing.assert_close(
+        ca.prm_sequence_logits(shifted, lr, m, 0.05) - ca.prm_sequence_logits(lp, lr, m, 0.05),
+        torch.tensor([-0.06, -0.04], dtype=torch.float64),
+    )
+
+
+@given(
+    shift=st.floats(-3.0, 3.0),
+    lengths=st.lists(st.integers(1, 12), min_size=2, max_size=6),
+    seed=st.integers(0, 10_000),
+)
+@settings(max_examples=40, deadline=None)
+def test_centring_is_blind_to_a_uniform_log_ratio_shift(shift, lengths, seed):
+    """Centred: a PRM that moves every token's log-prob by the same amount changes no reward and no z;
+    uncentred it moves z by β·shift·L_i, a pure length term."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    lp = -torch.rand(len(lengths), width, generator=g, dtype=torch.float64) * 5
+    lr = -torch.rand(len(lengths), width, generator=g, dtype=torch.float64) * 5
+    m = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    centred = ca.implicit_process_rewards(lp, lr, m, 0.05, center=True)
+    torch.testing.assert_close(ca.implicit_process_rewards(lp + shift, lr, m, 0.05, center=True), centred)
+    assert torch.all(centred[m == 0] == 0)
+    moved = ca.prm_sequence_logits(lp + shift, lr, m, 0.05) - ca.prm_sequence_logits(lp, lr, m, 0.05)
+    torch.testing.assert_close(moved, 0.05 * shift * torch.tensor(lengths, dtype=torch.float64))
+
+
 def test_bce_loss_matches_formula_and_skips_empty_rows():
     z = torch.tensor([0.3, -2.0, 40.0, 7.0], dtype=torch.float64, requires_grad=True)
     y = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64)

@@ -309,6 +309,23 @@ def test_prm_loss_weights_each_row_by_its_label_weight():
     assert loss.item() == pytest.approx((1.5 * bce[0] + 0.5 * bce[1]).item() * 2 / 4, rel=1e-6)
 
 
+def test_prm_loss_centres_on_the_micro_batch_mean_log_ratio():
+    """`center`: z_i = β·Σ_t (q − q̄) over the response tokens, q̄ the micro-batch's mean (padding rows excluded)."""
+    beta = 0.05
+    model_output, data, seq_lp, _, labels = _micro_batch(beta)
+    loss, _ = prm_loss(model_output, data, beta=beta, center=True)
+    q = []
+    for lp, p, r, rf in zip(seq_lp[:2], [2, 3], [3, 2], data[PRM_REF_FIELD].unbind()[:2]):
+        q.append(lp[p - 1 : p + r - 1].detach() - rf)
+    q_bar = torch.cat(q).mean()  # 5 response tokens of the 2 real rows
+    z = torch.stack([beta * (qi - q_bar).sum() for qi in q])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(z, labels[:2], reduction="sum") * 2 / 4
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    # a uniform shift of the PRM's log-probs changes nothing
+    shifted = {"log_probs": _nested([lp.detach() - 0.7 for lp in seq_lp])}
+    assert prm_loss(shifted, data, beta=beta, center=True)[0].item() == pytest.approx(loss.item(), rel=1e-5)
+
+
 def test_multi_output_sessions_are_refused_before_any_update():
     from verl_prime_lora.trainer import refuse_multi_output_sessions
 
@@ -494,6 +511,26 @@ def test_prm_metrics_before_and_after_the_update():
     _, m1 = prm_rewards_and_metrics(ref, better, ref, mask, labels, uid, 0.05)
     assert m1["prm/dpo_acc_before"] == pytest.approx(0.5)
     assert m1["prm/dpo_acc"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)
+    assert m1["prm/dpo_acc_mixed"] == pytest.approx(1.0)  # over group a only, the one with a right and a wrong
     assert m1["prm/dpo_acc_before_mixed"] == pytest.approx(0.5)  # the gate's input: the PRM before the update
     _, m2 = prm_rewards_and_metrics(better, better, ref, mask, labels, uid, 0.05)
     assert m2["prm/dpo_acc_before_mixed"] == pytest.approx(1.0)  # group a only: b and c hold no pair
+
+
+def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
+    """Over the mixed group a only (row 0 right, 5 tokens; row 1 wrong, 3 tokens)."""
+    prm, ref, mask, labels, uid, _ = _step_tensors()
+    uid = np.array(uid, dtype=object)
+    # a PRM that raised right answers' tokens by 0.1 nats, and lowered every token by 0.5
+    drifted = ref + (0.1 * labels[:, None] - 0.5) * mask
+    wrong_up = ref + 0.3 * (1 - labels[:, None]) * mask  # a policy that moved towards the wrong answers
+    _, m = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05, policy=wrong_up)
+    assert m["prm/token_log_ratio_mean"] == pytest.approx(0.1 * 11 / 19 - 0.5)  # 11 of 19 tokens are right ones
+    assert m["prm/length_pairwise_mixed"] == 1.0  # the right answer is the longer one
+    assert m["prm/dpo_acc_mixed"] == 0.0  # z0 = β(0.5 − 2.5) < z1 = β(−1.5): the drift ranks the shorter first
+    ref_sums = (ref * mask).sum(-1)
+    assert m["prm/ref_likelihood_dpo_acc_mixed"] == float(ref_sums[0] > ref_sums[1])
+    assert m["prm/policy_dpo_acc_mixed"] == 0.0
+    _, centred = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05, center=True)
+    assert centred["prm/dpo_acc_mixed"] == 1.0  # centred on q̄, the 0.1 nats of signal rank it
+    assert "prm/policy_dpo_acc_mixed" not in centred  # no policy log-probs at temperature 1

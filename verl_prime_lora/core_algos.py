@@ -7,7 +7,8 @@ Notation (every function below states which part it computes):
   order — never by position. Padding rows (veRL's ``pad…`` uids, zero mask) form their own groups.
 * ``L_i = max(Σ_t m[i,t], 1)``; outcome score ``R_i = Σ_t token_level_rewards[i, t]``.
 * Implicit PRM: ``q[i,t] = log π_φ(y_t|y_<t) − log π_ref(y_t|y_<t)``; token process reward
-  ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]``.
+  ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]`` (optionally with q
+  centred on its batch mean q̄, `mean_token_log_ratio`).
 * Mean process reward of a response: ``r̄_i = Σ_t r[i,t] m[i,t] / L_i``.
 
 Everything is vectorised (no Python loop over rows or tokens) and computed in float32 (float64 when
@@ -91,25 +92,52 @@ def leave_one_out_mean(values: torch.Tensor, gid: torch.Tensor) -> tuple[torch.T
 # --------------------------------------------------------------------------------------------------
 
 
-def implicit_process_rewards(
-    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, beta: float
+def mean_token_log_ratio(
+    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
-    r"""Token process rewards r[i,t] = β · (log π_φ − log π_ref)[i,t] · m[i,t]   (paper Eq. 3).
+    r"""q̄ = Σ_{i,t} q[i,t]·m[i,t] / Σ_{i,t} m[i,t]: the mean token log-ratio over the batch (a scalar; keeps the graph).
 
+    On responses sampled from π_ref, E[q] = −KL(π_ref ‖ π_φ) ≤ 0 per token: as the PRM moves away from its
+    reference, z_i = β·Σ_t q gains a term ≈ −β·L_i·KL that ranks short responses above long ones,
+    whatever their answers. `implicit_process_rewards(..., center=True)` subtracts q̄.
+    """
+    dtype = compute_dtype(prm_log_probs, ref_log_probs)
+    m = response_mask.to(dtype)
+    return ((prm_log_probs.to(dtype) - ref_log_probs.to(dtype)) * m).sum() / m.sum().clamp_min(1)
+
+
+def implicit_process_rewards(
+    prm_log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    beta: float,
+    center: bool = False,
+) -> torch.Tensor:
+    r"""Token process rewards r[i,t] = β · (q[i,t] − c) · m[i,t]   (paper Eq. 3: c = 0).
+
+    ``center=True``: c = q̄ (`mean_token_log_ratio` over this batch's mask), so that a shift of every token's
+    log-ratio by the same amount changes no reward and z carries no length term (`prime.prm.center_log_ratio`).
     Every response token gets its reward, the last one included.
     """
     dtype = compute_dtype(prm_log_probs, ref_log_probs)
-    return beta * (prm_log_probs.to(dtype) - ref_log_probs.to(dtype)) * response_mask.to(dtype)
+    q = prm_log_probs.to(dtype) - ref_log_probs.to(dtype)
+    if center:
+        q = q - mean_token_log_ratio(prm_log_probs, ref_log_probs, response_mask)
+    return beta * q * response_mask.to(dtype)
 
 
 def prm_sequence_logits(
-    prm_log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, beta: float
+    prm_log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    beta: float,
+    center: bool = False,
 ) -> torch.Tensor:
-    r"""Sequence logit z_i = β · Σ_t (log π_φ − log π_ref)[i,t] · m[i,t]; keeps the autograd graph.
+    r"""Sequence logit z_i = β · Σ_t (q[i,t] − c) · m[i,t] (c as in `implicit_process_rewards`); keeps the graph.
 
     σ(z_i) is the implicit PRM's probability that response i is correct (paper Eq. 4).
     """
-    return implicit_process_rewards(prm_log_probs, ref_log_probs, response_mask, beta).sum(dim=-1)
+    return implicit_process_rewards(prm_log_probs, ref_log_probs, response_mask, beta, center).sum(dim=-1)
 
 
 def _valid_rows(response_mask: torch.Tensor) -> torch.Tensor:

@@ -9,9 +9,10 @@
    full console output goes to `OUT/run/main_ppo.log` and every metric to `OUT/run/metrics.jsonl`;
 3. prints a before/after table and writes `OUT/learning.png`.
 
-Whether the run learns is what the table shows: at the defaults validation accuracy rises (about 0.18 →
-0.61 in 30 steps, seed 0) while the PRM, which does separate right from wrong answers on a fixed policy, does
-not keep up with the learning one, so the process gate keeps its term near 0 (README, "The main job").
+Whether the run learns is what the table shows: at the defaults validation accuracy rises (0.175 → 0.630 in
+30 steps, seed 0), and the PRM, scoring against the rollout policy, ranks each step's fresh responses better
+than chance (0.58 on average over steps 6–30), so the process gate lets part of its term in
+(README, "The main job").
 
 Exit code: main_ppo's (non-zero when the run failed, with the tail of its log printed).
 """

@@ -51,7 +51,11 @@ DEMO_OVERRIDES = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64",
-    "prime.prm.optim.lr=5e-4",
+    # The PRM's reference is the rollout policy (old log-probs, T = 1): its log-ratio then measures what the PRM
+    # adds to the policy. With the frozen init as reference the policy's own shift, which RL points at the
+    # wrong answers it still samples (prm/policy_dpo_acc_mixed < ½), leaks into z and inverts the ranking.
+    "prime.prm.reference=policy",
+    "prime.prm.optim.lr=5e-5",
     "prime.prm.balance_labels=true",  # 13 % of the warm start's samples are right: keep the base rate out of z
     "prime.prm.micro_batch_size_per_gpu=64",
     "prime.prm.infer_micro_batch_size_per_gpu=64",

@@ -140,6 +140,9 @@ class PrmConfig(_Section):
         label_key: the `reward_extra_info` key holding the 0/1 outcome accuracy (never the format
             reward or the combined score).
         balance_labels: weigh right and wrong responses equally in the PRM loss.
+        center_log_ratio: subtract the batch's mean token log-ratio q̄ from every token's log-ratio, in the
+            PRM loss, its metrics and the process rewards (`core_algos.mean_token_log_ratio`): z then has
+            no length term −β·L·KL(π_ref‖π_φ).
         mini_batch_size: prompts per PRM optimizer step (x rollout.n); null: the actor's
             `ppo_mini_batch_size` (what the recipe interpolates), filled in by `prime_config`.
         micro_batch_size_per_gpu: responses per PRM forward/backward.
@@ -161,6 +164,7 @@ class PrmConfig(_Section):
     reference: str = "init"
     label_key: str = "acc"
     balance_labels: bool = False
+    center_log_ratio: bool = False
     mini_batch_size: Optional[int] = None
     micro_batch_size_per_gpu: int = 2
     infer_micro_batch_size_per_gpu: Optional[int] = 4

@@ -51,10 +51,11 @@ PRM_TEMPERATURE = 1.0
 # ---------------------------------------------------------------------------------------------
 
 
-def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float):
+def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float, center: bool = False):
     """PRM cross-entropy for one micro-batch, normalised over the global mini-batch.
 
-    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
+    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size (with
+    `center`, z_i's log-ratios are centred on the micro-batch's mean token log-ratio), so the
     gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
     the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py:147-162).
     `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
@@ -71,7 +72,7 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
     width = min(log_prob.shape[-1], mask.shape[-1])
     log_prob, ref, mask = log_prob[:, :width], ref[:, :width], mask[:, :width]
 
-    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta)
+    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta, center)
     loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum", weights=weights)
     global_batch_size = data["global_batch_size"] if "global_batch_size" in data.keys() else None
     dp_size = data["dp_size"] if "dp_size" in data.keys() else 1
@@ -201,7 +202,7 @@ class ImplicitPRM:
             device_name=device_name,
         )
         self.wg.reset()
-        self.wg.set_loss_fn(partial(prm_loss, beta=self.prm.beta))
+        self.wg.set_loss_fn(partial(prm_loss, beta=self.prm.beta, center=self.prm.center_log_ratio))
 
         self.ref_wg = None
         if need_frozen_ref:

@@ -51,6 +51,7 @@ from verl_prime_lora.core_algos import (
     balanced_label_weights,
     ema,
     implicit_process_rewards,
+    mean_token_log_ratio,
     prm_bce_loss,
     prm_classification_accuracy,
     prm_pairwise_accuracy,
@@ -234,6 +235,15 @@ class PrimeTrainerMixin:
             return self._actor_log_probs_t1(batch, no_lora_adapter=False)
         return self.prm.reference_log_probs(batch)
 
+    def _policy_log_probs_t1(self, data: DataProto) -> torch.Tensor | None:
+        """veRL's old log-probs when they are the rollout policy's at temperature 1 and the PRM's reference is not
+        the policy itself (then they would equal it): for the `prm/policy_dpo_acc_mixed` diagnostic."""
+        if self.prm_reference in (REF_POLICY_OLD, REF_POLICY_T1) or "old_log_probs" not in data.batch.keys():
+            return None
+        if float(self.config.actor_rollout_ref.rollout.temperature) != PRM_TEMPERATURE:
+            return None
+        return data.batch["old_log_probs"].float()
+
     def _compute_advantage(self, batch, metrics: dict):
         timing = getattr(self, "timing_raw", {})
 
@@ -309,6 +319,8 @@ class PrimeTrainerMixin:
             self.prime.prm.beta,
             update_metrics,
             labelled=responded[:, 0],
+            center=self.prime.prm.center_log_ratio,
+            policy=self._policy_log_probs_t1(data),
         )
         metrics.update(prm_metrics)
 
@@ -374,7 +386,9 @@ def refuse_multi_output_sessions(keys, is_padding) -> None:
             )
 
 
-def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None):
+def prm_rewards_and_metrics(
+    prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None, center=False, policy=None
+):
     """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
 
     `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
@@ -382,10 +396,18 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
     update in `before` mode, the same tensor otherwise). All (B, T) padded; rows with an empty mask
     (veRL's padding rows) count nowhere; groups are the `uid`s, whatever the row order.
     `labelled` (B,): 0 for rows without a PRM label (their reward failed): they get process rewards
-    but count in no metric.
+    but count in no metric. `center`: `prime.prm.center_log_ratio` (log-ratios centred on the batch mean).
+    Diagnostics, each a pairwise accuracy over the mixed groups unless said otherwise:
+    `prm/dpo_acc_mixed` (the rewards used); `prm/token_log_ratio_mean` (q̄ of the PRM used, uncentred: below 0
+    when the PRM lowers every token, so z favours short responses); `prm/length_pairwise_mixed` (response
+    length alone: above ½ when right answers are longer); `prm/ref_likelihood_dpo_acc_mixed` (Σ_t log π_ref:
+    what the reference's own likelihood ranks); and, given `policy` (the rollout policy's log-probs at
+    temperature 1), `prm/policy_dpo_acc_mixed` (the policy's own implicit reward Σ_t (log π_θ − log π_ref):
+    below ½ when RL moved the policy towards the wrong answers it still samples, a shift a PRM trained on
+    the same responses can share).
     """
     label_mask = mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
-    logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta)
+    logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta, center)
     metrics = {
         "prm/ce_loss": prm_bce_loss(logits_before, labels, label_mask).item(),
         "prm/classification_acc": prm_classification_accuracy(logits_before, labels, label_mask).item(),
@@ -393,12 +415,26 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
         "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(
             logits_before, labels, uid, label_mask, mixed_only=True
         ).item(),
+        "prm/token_log_ratio_mean": mean_token_log_ratio(prm_used, ref, label_mask).item(),
+        "prm/length_pairwise_mixed": prm_pairwise_accuracy(
+            label_mask.sum(-1), labels, uid, label_mask, mixed_only=True
+        ).item(),
+        "prm/ref_likelihood_dpo_acc_mixed": prm_pairwise_accuracy(
+            (ref * label_mask).sum(-1), labels, uid, label_mask, mixed_only=True
+        ).item(),
     }
+    if policy is not None:
+        policy_logits = prm_sequence_logits(policy, ref, label_mask, beta)
+        metrics["prm/policy_dpo_acc_mixed"] = prm_pairwise_accuracy(
+            policy_logits, labels, uid, label_mask, mixed_only=True
+        ).item()
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
         metrics[f"prm/{name}"] = value
-    process_rewards = implicit_process_rewards(prm_used, ref, mask, beta)
-    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(process_rewards.sum(-1), labels, uid, label_mask).item()
+    process_rewards = implicit_process_rewards(prm_used, ref, mask, beta, center)
+    used_logits = process_rewards.sum(-1)
+    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask).item()
+    metrics["prm/dpo_acc_mixed"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask, mixed_only=True).item()
     metrics.update(process_reward_stats(process_rewards, label_mask, labels))
     return process_rewards, metrics
 
