@@ -16,9 +16,10 @@ Three steps, because the GPU machine has PyTorch, transformers and PEFT but neit
   parameters; every forward under `torch.autocast(bf16)`, as veRL's engine runs it. A micro-batch is the
   plan's token count packed into one row (veRL's remove-padding layout), attention SDPA (no flash-attn
   there). Log-probs: the lm_head logits ÷ temperature (a new tensor when T ≠ 1) and a log-softmax + gather
-  (veRL's path without flash-attn's cross-entropy). The update phase: forward, a loss on the log-probs
-  (PRM: BCE-with-logits on β·Σ log-probs per sequence; actor: a policy-gradient surrogate), backward,
-  gradient clipping and two AdamW steps (the first allocates the moments). Per phase it records
+  per token row (veRL's path without flash-attn's cross-entropy). The update phase: forward, a loss on the
+  log-probs (PRM: BCE-with-logits on β·Σ log-probs per sequence; actor: a policy-gradient surrogate),
+  backward, gradient clipping and an AdamW step. Each phase runs once unmeasured (the first update allocates
+  the AdamW moments, which are resident, not the phase's), then twice measured. Per phase it records
   `torch.cuda.max_memory_allocated` above what was allocated before the phase, the resident bytes after the
   steps, the CUDA context (device memory in use before the first tensor), and the time of one micro-batch.
 * `compare` prints measured / estimated per engine and phase.
