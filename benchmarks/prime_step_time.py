@@ -7,7 +7,9 @@ Two `python -m verl.trainer.main_ppo` runs, back to back, with identical overrid
             trainer and GRPO: no PRM worker group, no PRM forward/update).
 
 Reported: the median `timing_s/step` over the steps after the first (warm-up) of each run and their
-ratio; the PRIME run's PRM phases (`timing_s/prm_*`); and the peak memory of the actor pool:
+ratio; the PRIME run's PRM phases (`timing_s/prm_*`) and their sum over the actor's phases
+(`old_log_prob + update_actor`); the PRM's passes per step next to their minimum (`trainer.prm_passes`,
+for the run's `prime.prm.update` and reference); and the peak memory of the actor pool:
 GPU — veRL's `perf/max_memory_allocated_gb` of the actor and of the PRM workers (one GPU: their sum);
 CPU — the peak summed RSS of the actor-pool processes (veRL's fused `WorkerDict` actor worker and the
 PRM's `TrainingWorker`s), sampled every 0.5 s.
@@ -108,14 +110,33 @@ def summarise(result: dict) -> dict:
         "n_steps": len(steps),
         "pool_rss_peak_gb": result["pool_rss_peak_gb"],
     }
-    for key in sorted({k for s in steps for k in s if k.startswith("timing_s/prm") or k == "timing_s/adv"}):
+    phases = ("timing_s/old_log_prob", "timing_s/update_actor")
+    for key in sorted({k for s in steps for k in s if k.startswith("timing_s/prm") or k in ("timing_s/adv", *phases)}):
         values = [s[key] for s in steps[1:] if key in s] or [s[key] for s in steps if key in s]
         out[key] = statistics.median(values)
     for key in ("actor/perf/max_memory_allocated_gb", "prm/max_memory_allocated_gb"):
         values = [s[key] for s in steps if key in s]
         if values:
             out[key] = max(values)
+    prm = sum(v for k, v in out.items() if k.startswith("timing_s/prm"))
+    actor = sum(out.get(k, 0.0) for k in phases)
+    out["prm_phases_over_actor_phases"] = prm / actor if actor else None
     return out
+
+
+def pass_counts(overrides: list[str]) -> dict:
+    """The PRM passes per step of the PRIME run's config, today and at the minimum (trainer.prm_passes)."""
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    from verl_prime_lora.preflight.compose_and_check import compose_config
+    from verl_prime_lora.prime_config import prime_config
+    from verl_prime_lora.trainer import prm_passes, reference_source
+
+    config = compose_config(overrides)
+    prm = prime_config(config).prm
+    reference = reference_source(config, use_reference_policy=need_reference_policy(config))
+    today, minimum = prm_passes(prm.update, reference, prm.epochs)
+    return {"update": prm.update, "reference": reference, "today": vars(today), "minimum": vars(minimum)}
 
 
 def main() -> None:
@@ -179,6 +200,7 @@ def main() -> None:
         "prime": p,
         "baseline_grpo_no_prm": b,
         "step_time_ratio": p["step_s_median"] / b["step_s_median"],
+        "prm_passes_per_step": pass_counts(common),
         "pool_rss_peak_ratio": (p["pool_rss_peak_gb"] / b["pool_rss_peak_gb"]) if b["pool_rss_peak_gb"] else None,
     }
     if cuda:
@@ -188,6 +210,10 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     (workdir / "report.json").write_text(json.dumps(report, indent=2))
     print(f"step-time ratio PRIME / GRPO-without-PRM: {report['step_time_ratio']:.3f}  (workdir {workdir})")
+    print(
+        f"PRM phases / actor phases (old_log_prob + update_actor): {p['prm_phases_over_actor_phases']:.3f}; "
+        f"PRM passes per step {report['prm_passes_per_step']}"
+    )
 
 
 if __name__ == "__main__":

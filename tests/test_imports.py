@@ -81,6 +81,24 @@ def test_package_logs_without_any_logging_setup_and_never_twice(tmp_path):
     assert "a DEBUG line" not in run.stderr
 
 
+def test_package_logs_where_the_root_handler_drops_info(tmp_path):
+    """veRL's TaskRunner (a Ray actor) holds a root handler at ERROR: the trainer's INFO lines must still show."""
+    run = run_python(
+        textwrap.dedent("""
+        import logging
+        import verl_prime_lora.trainer
+        root_handler = logging.StreamHandler()
+        root_handler.setLevel(logging.ERROR)
+        logging.getLogger().handlers[:] = [root_handler]  # the TaskRunner's one root handler
+        log = logging.getLogger("verl_prime_lora.trainer")
+        log.info("PRIME: an INFO line")
+        log.error("PRIME: an ERROR line")
+    """),
+        tmp_path,
+    )
+    assert run.stderr.count("PRIME: an INFO line") == 1 and run.stderr.count("PRIME: an ERROR line") == 1
+
+
 def test_logging_level_comes_from_its_environment_variable(tmp_path):
     code = "import logging, verl_prime_lora; logging.getLogger('verl_prime_lora.trainer_x').info('an INFO line')"
     assert "an INFO line" not in run_python(code, tmp_path, VERL_PRIME_LORA_LOGGING_LEVEL="warning").stderr

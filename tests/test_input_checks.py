@@ -19,7 +19,7 @@ from verl_prime_lora.tiny import write_assets
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 E2E = Path(__file__).parent / "e2e"
-PARTIAL_CREDIT_REWARD = E2E / "partial_credit_reward.py"  # returns a float (the loop tests' reward)
+PARTIAL_CREDIT_REWARD = E2E / "partial_credit_reward.py"  # returns a float
 PRIME_LABEL_REWARD = E2E / "prime_label_reward.py"  # returns {score, acc, format}
 REWARD_FN = "reward.custom_reward_function.path"
 GRPO = ("algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync")  # no PRIME trainer
@@ -96,7 +96,7 @@ def write_reward(path: Path, body: str) -> Path:
             ["ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq"],
         ),
         ("prime_lora_colocated,prompt_filter,cpu", []),  # test_prime_e2e `filtered`
-        (  # tests/e2e/loop_runs.py: plain GRPO, a reward that returns a float
+        (  # plain GRPO, a reward that returns a float
             "cpu",
             [
                 "algorithm.adv_estimator=grpo",
@@ -369,3 +369,126 @@ def test_main_ppo_fails_before_ray_on_an_empty_model_folder(assets, tmp_path):
     )
     expected = f"InputCheckError: actor_rollout_ref.model.path: {empty} holds no config.json"
     assert expected in stderr, stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# agent loops: one output per session for the PRIME trainers
+# --------------------------------------------------------------------------------------------------
+
+AGENT_KEY = "actor_rollout_ref.rollout.agent"
+LOOPS = "turn_per_output_agent_loop"  # tests/e2e/turn_per_output_agent_loop.py
+
+
+def write_agent_loops(path: Path, **targets: str) -> Path:
+    path.write_text("".join(f"- name: {name}\n  _target_: {LOOPS}.{cls}\n" for name, cls in targets.items()))
+    return path
+
+
+@pytest.fixture
+def loops_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(E2E))
+
+
+@pytest.mark.parametrize("cls", ["OutputPerTurnAgentLoop", "OptionalOutputsAgentLoop"])
+def test_agent_loop_with_an_output_per_turn_is_refused(assets, tmp_path, loops_importable, cls):
+    loops = write_agent_loops(tmp_path / "loops.yaml", per_turn=cls)
+    cfg = config(assets, f"{AGENT_KEY}.agent_loop_config_path={loops}", f"{AGENT_KEY}.default_agent_loop=per_turn")
+    message = fails(cfg, rf"{AGENT_KEY}\.agent_loop_config_path: agent loop 'per_turn' \({LOOPS}\.{cls}, used by ")
+    assert "trainer.v1.trainer_mode=prime_sync takes one output per session" in message
+    assert f"used by {AGENT_KEY}.default_agent_loop" in message
+
+
+def test_agent_loop_named_by_a_data_row(assets, tmp_path, loops_importable):
+    """A loop that only the data's agent_name column selects is found there, and the file is named."""
+    loops = write_agent_loops(tmp_path / "loops.yaml", per_turn="OutputPerTurnAgentLoop", whole="WholeSessionAgentLoop")
+    train = write_parquet(
+        tmp_path / "train.parquet", [tiny_row(agent_name="single_turn_agent"), tiny_row(agent_name="per_turn")]
+    )
+    cfg = config(assets, f"{AGENT_KEY}.agent_loop_config_path={loops}", f"data.train_files={train}")
+    fails(cfg, rf".*'per_turn' .*used by the agent_name column of {esc(train)} \(data\.train_files\)")
+
+
+def test_loops_with_one_output_pass(assets, tmp_path, loops_importable):
+    loops = write_agent_loops(tmp_path / "loops.yaml", whole="WholeSessionAgentLoop")
+    check_inputs(config(assets, f"{AGENT_KEY}.agent_loop_config_path={loops}", f"{AGENT_KEY}.default_agent_loop=whole"))
+    check_inputs(config(assets, f"{AGENT_KEY}.default_agent_loop=tool_agent"))
+
+
+def test_agent_loops_are_only_checked_for_prime_trainers(assets, tmp_path, loops_importable):
+    """veRL's own trainers score multi-output sessions themselves (compute_advantage_for_multi_trajectories)."""
+    loops = write_agent_loops(tmp_path / "loops.yaml", per_turn="OutputPerTurnAgentLoop")
+    check_inputs(
+        config(assets, *GRPO, f"{AGENT_KEY}.agent_loop_config_path={loops}", f"{AGENT_KEY}.default_agent_loop=per_turn")
+    )
+
+
+def test_agent_loop_that_does_not_import(assets, tmp_path, loops_importable):
+    loops = write_agent_loops(tmp_path / "loops.yaml", gone="NoSuchLoop")
+    cfg = config(assets, f"{AGENT_KEY}.agent_loop_config_path={loops}")
+    fails(cfg, rf"{AGENT_KEY}\.agent_loop_config_path: agent loop 'gone': cannot import {LOOPS}\.NoSuchLoop")
+
+
+def test_agent_loop_config_that_is_not_a_list(assets, tmp_path):
+    bad = tmp_path / "loops.yaml"
+    bad.write_text("name: x\n")
+    fails(
+        config(assets, f"{AGENT_KEY}.agent_loop_config_path={bad}"),
+        rf"{AGENT_KEY}\.agent_loop_config_path: {esc(bad)} is not",
+    )
+
+
+def test_main_ppo_refuses_an_output_per_turn_loop_before_ray(assets, tmp_path):
+    loops = write_agent_loops(tmp_path / "loops.yaml", per_turn="OutputPerTurnAgentLoop")
+    shutil.copy(E2E / f"{LOOPS}.py", tmp_path)  # importable from main_ppo's working directory
+    stderr = main_ppo_stopped_before_ray(
+        tmp_path,
+        "+recipe=[prime_lora_colocated,cpu]",
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['test']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"{AGENT_KEY}.agent_loop_config_path={loops}",
+        f"{AGENT_KEY}.default_agent_loop=per_turn",
+    )
+    assert f"InputCheckError: {AGENT_KEY}.agent_loop_config_path: agent loop 'per_turn'" in stderr, stderr[-3000:]
+
+
+def fake_checkpoint(root: Path, step: int, actor_ranks: int, prm_ranks: int | None) -> Path:
+    """A veRL checkpoint folder with empty shard files: `root/global_step_N/{actor,prm}` and the tracker."""
+    folder = root / f"global_step_{step}"
+    for part, ranks in (("actor", actor_ranks), ("prm", prm_ranks)):
+        if ranks is not None:
+            (folder / part).mkdir(parents=True)
+            for rank in range(ranks):
+                (folder / part / f"model_world_size_{ranks}_rank_{rank}.pt").touch()
+    (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+    return folder
+
+
+def test_resume_from_a_checkpoint_of_another_world_size(assets, tmp_path):
+    folder = fake_checkpoint(tmp_path / "ckpt", 3, actor_ranks=2, prm_ranks=2)
+    resume = ("trainer.resume_mode=resume_path", f"trainer.resume_from_path={folder}")
+    message = fails(config(assets, *resume), r"^trainer\.n_gpus_per_node: trainer\.resume_mode=resume_path resumes")
+    assert "actor was saved by 2 ranks" in message and "this run has 1" in message
+    ranks = ("trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2")
+    check_inputs(config(assets, *resume, *ranks))  # the same 2 ranks: fine
+    # auto mode finds the latest step under default_local_dir; the PRM is checked as the actor
+    (folder / "actor" / "model_world_size_1_rank_0.pt").touch()
+    auto = (f"trainer.default_local_dir={tmp_path / 'ckpt'}",)
+    message = fails(config(assets, *auto), r"^trainer\.n_gpus_per_node: trainer\.resume_mode=auto resumes")
+    assert "PRM was saved by 2 ranks" in message
+    check_inputs(config(assets, *auto, "trainer.resume_mode=disable"))
+
+
+def test_prime_resume_needs_the_prm_state(assets, tmp_path):
+    folder = fake_checkpoint(tmp_path / "ckpt", 2, actor_ranks=1, prm_ranks=None)
+    pattern = rf"^trainer\.default_local_dir: .*resumes from {esc(folder)}, which holds no PRM state"
+    fails(config(assets, f"trainer.default_local_dir={tmp_path / 'ckpt'}"), pattern)
+    # a plain veRL trainer has no PRM to restore
+    check_inputs(
+        config(
+            assets,
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *GRPO,
+            REWARD_FN + "=" + str(PARTIAL_CREDIT_REWARD),
+        )
+    )

@@ -4,6 +4,7 @@ checkpoint paths."""
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 import torch
 import verl
 from hydra import compose, initialize_config_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from main_ppo_driver import main_ppo_stopped_before_ray
 from omegaconf import OmegaConf
 from tensordict import NonTensorData, TensorDict
@@ -88,6 +91,11 @@ def test_plain_verl_configs_are_left_alone():
         (["prime.prm.label_key=format"], "prime.prm.label_key"),
         (["prime.prm.balance_labels=sometimes"], "prime.prm.balance_labels"),
         (["prime.prm.mini_batch_size=3"], "prime.prm.mini_batch_size"),
+        (["prime.prm.micro_batch_size_per_gpu=5"], "prime.prm.micro_batch_size_per_gpu"),
+        (
+            ["prime.prm.mini_batch_size=1", "actor_rollout_ref.rollout.n=6", "prime.prm.micro_batch_size_per_gpu=4"],
+            "prime.prm.micro_batch_size_per_gpu",
+        ),
         (["prime.prm.beta=0"], "prime.prm.beta"),
         (["algorithm.prime.process_gate=0.5"], "algorithm.prime.process_gate"),
         (["algorithm.prime.process_gate=1.5"], "algorithm.prime.process_gate"),
@@ -99,6 +107,57 @@ def test_each_error_names_its_key(overrides, key):
     with pytest.raises(PrimeConfigError) as err:
         validate_prime_config(cfg)
     assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+CPU_TWO_RANKS = ("+recipe=[prime_lora_colocated,cpu]", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.n=2")
+
+
+@pytest.mark.parametrize(
+    "overrides, key, share",
+    [
+        # cpu.yaml's micro-batches of 8 fit one rank's 8 responses (4 prompts x 2), not two ranks' 4 each
+        ([], "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "gives each rank 4 rows"),
+        (
+            ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"],
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            "an actor mini-batch of 8 responses",
+        ),
+        (
+            [
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                "prime.prm.infer_micro_batch_size_per_gpu=3",
+            ],
+            "prime.prm.infer_micro_batch_size_per_gpu",
+            "Pick one of \\[1, 2, 4\\]",
+        ),
+        (
+            # 3 prompts x 2 = 6 responses, padded to a multiple of lcm(2 ranks, 4 x 2) = 8: 4 rows per rank
+            ["data.train_batch_size=3", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=3"],
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            "a step's batch of 8 responses .*padded by veRL to a multiple of 8",
+        ),
+    ],
+)
+def test_micro_batches_must_divide_each_ranks_share(overrides, key, share):
+    cfg = compose_ppo(*CPU_TWO_RANKS, "actor_rollout_ref.model.path=/m", *overrides)
+    with pytest.raises(PrimeConfigError) as err:
+        validate_prime_config(cfg)
+    assert str(err.value).startswith(key + ":") and re.search(share, str(err.value)), str(err.value)
+
+
+def test_micro_batches_that_fit_two_ranks_pass():
+    micro = (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    )
+    validate_prime_config(compose_ppo(*CPU_TWO_RANKS, "actor_rollout_ref.model.path=/m", *micro))
+    # dynamic micro-batches (token budgets) are not checked
+    dynamic = (
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+    )
+    validate_prime_config(compose_ppo(*CPU_TWO_RANKS, "actor_rollout_ref.model.path=/m", *dynamic))
 
 
 @pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo", "prime"])
@@ -534,3 +593,105 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     _, centred = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05, center=True)
     assert centred["prm/dpo_acc_mixed"] == 1.0  # centred on q̄, the 0.1 nats of signal rank it
     assert "prm/policy_dpo_acc_mixed" not in centred  # no policy log-probs at temperature 1
+
+
+# --------------------------------------------------------------------------------------------------
+# passes of the PRM per step, against the minimum
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "update, reference, today, minimum",
+    [
+        # (PRM forwards, PRM forward+backward, reference forwards)
+        ("after", "actor_ref_log_prob", (1, 1, 0), (0, 1, 0)),  # veRL's ref log-probs reused
+        ("before", "actor_ref_log_prob", (2, 1, 0), (1, 1, 0)),
+        ("none", "actor_ref_log_prob", (1, 0, 0), (1, 0, 0)),
+        ("after", "frozen_prm_copy", (1, 1, 1), (0, 1, 1)),
+        ("before", "actor_policy_t1", (2, 1, 1), (1, 1, 1)),  # rollout temperature != 1: one actor forward
+        ("after", "actor_old_log_probs", (1, 1, 0), (0, 1, 0)),
+    ],
+)
+def test_prm_passes_per_step_and_their_minimum(update, reference, today, minimum):
+    from verl_prime_lora.trainer import PrmPasses, prm_passes
+
+    assert prm_passes(update, reference) == (PrmPasses(*today), PrmPasses(*minimum))
+    # only the pre-update PRM forward of a training mode is above the minimum
+    now, least = prm_passes(update, reference)
+    assert now.total() - least.total() == (update != "none")
+    assert prm_passes(update, reference, epochs=2)[0].prm_train == (0 if update == "none" else 2)
+
+
+# A mini-batch of rows for the data-parallel check: (prompt length, response length, label, weight);
+# response length 0 = a padding row of veRL's batch balancing.
+_DP_ROWS = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(0, 4), st.sampled_from([0.0, 1.0]), st.floats(0.25, 2.0, allow_nan=False)),
+    min_size=2,
+    max_size=12,
+)
+
+
+def _prm_micro_batch(rows, theta, features, global_batch_size, dp_size):
+    """`prm_loss` on one micro-batch whose per-token PRM log-probs are features @ theta (a shared 'model')."""
+    prompt_lens = [p for p, _, _, _ in rows]
+    resp_lens = [max(r, 1) for _, r, _, _ in rows]  # a padding row keeps one masked token, as veRL's do
+    data = TensorDict(
+        {
+            "prompts": _nested([torch.zeros(p, dtype=torch.long) for p in prompt_lens]),
+            "responses": _nested([torch.zeros(r, dtype=torch.long) for r in resp_lens]),
+            "response_mask": _nested([torch.full((max(r, 1),), float(r > 0)) for _, r, _, _ in rows]),
+            PRM_REF_FIELD: _nested([f[:n, 0] for f, n in zip(features, resp_lens)]),
+            PRM_LABEL_FIELD: nested_rows(torch.tensor([y for _, _, y, _ in rows]), resp_lens),
+            PRM_WEIGHT_FIELD: nested_rows(torch.tensor([w for _, _, _, w in rows]), resp_lens),
+            "global_batch_size": NonTensorData(global_batch_size),
+            "dp_size": NonTensorData(dp_size),
+        },
+        batch_size=[len(rows)],
+    )
+    log_probs = _nested([f[: p + r] @ theta for f, p, r in zip(features, prompt_lens, resp_lens)])
+    return prm_loss({"log_probs": log_probs}, data, beta=0.5)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=_DP_ROWS, micro_1=st.integers(1, 5), micro_2=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_prm_gradient_is_the_same_on_one_rank_and_on_two(rows, micro_1, micro_2, seed):
+    """The PRM's mini-batch gradient does not depend on how veRL lays the rows out: one rank, or two ranks
+    (veRL's dispatch gives each a contiguous half; FSDP averages their gradients), each summing its own
+    micro-batches of any size, padding rows anywhere. All equal the gradient of
+    Σ_i w_i·BCE(z_i, acc_i) / G, G = the mini-batch's rows (padding included; veRL's `global_batch_size`)."""
+    if len(rows) % 2:
+        rows = rows[:-1]
+    generator = torch.Generator().manual_seed(seed)
+    features = [torch.randn(p + max(r, 1), 3, generator=generator, dtype=torch.float64) for p, r, _, _ in rows]
+    theta0 = torch.randn(3, generator=generator, dtype=torch.float64)
+    n = len(rows)
+
+    def gradient(shards, micro, dp_size):
+        theta = theta0.clone().float().requires_grad_()
+        for shard in shards:  # each rank: the sum of its micro-batch losses
+            for i in range(shard.start, shard.stop, micro):
+                chunk = range(i, min(i + micro, shard.stop))
+                loss = _prm_micro_batch(
+                    [rows[j] for j in chunk], theta, [features[j].float() for j in chunk], n, dp_size
+                )
+                loss.backward()
+        return theta.grad.double() / dp_size  # FSDP's mean over the ranks
+
+    one_rank = gradient([range(n)], micro_1, dp_size=1)
+    two_ranks = gradient([range(n // 2), range(n // 2, n)], micro_2, dp_size=2)
+
+    theta = theta0.clone().requires_grad_()
+    z, labels, weights, valid = [], [], [], []
+    for (p, r, y, w), f in zip(rows, features):
+        q = f[p - 1 : p + r - 1] @ theta - f[:r, 0]  # log π_φ − log π_ref of the response tokens
+        z.append(0.5 * q.sum())
+        labels.append(y), weights.append(w), valid.append(float(r > 0))
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.stack(z), torch.tensor(labels, dtype=torch.float64), reduction="none"
+    )
+    (bce * torch.tensor(weights, dtype=torch.float64) * torch.tensor(valid, dtype=torch.float64)).sum().div(
+        n
+    ).backward()
+
+    torch.testing.assert_close(one_rank, theta.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(two_ranks, theta.grad, rtol=1e-4, atol=1e-6)

@@ -1,7 +1,6 @@
 """verl_prime_lora.reward: accuracy (math-verify, in killable helper processes), the think-format
 reward, weights, bad rows, the timeout path, and loading through veRL's own `pkg://` loader."""
 
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
@@ -26,8 +25,9 @@ from verl_prime_lora.reward import (
     last_boxed,
     reason_counts,
 )
+from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
 
-KEYS = {"score", "acc", "format", "pred", "reason"}
+KEYS = {"score", "acc", "format", "pred", "reason", LABEL_UNKNOWN_KEY}
 # math-verify needs ~10 s to decide this one (an exact rational with a 10^9-bit denominator).
 SLOW_ANSWER = r"\boxed{\frac{1}{2}^{10^{9}}}"
 
@@ -233,7 +233,7 @@ def test_loads_through_verl_pkg_path_with_reward_kwargs():
         ground_truth="5",
         extra_info={"index": 3, "num_turns": None, "rollout_reward_scores": {}},
     )
-    assert result == {"score": 1.0, "acc": 1.0, "format": 1.0, "pred": "5", "reason": CORRECT}
+    assert result == {"score": 1.0, "acc": 1.0, "format": 1.0, "pred": "5", "reason": CORRECT, LABEL_UNKNOWN_KEY: 0.0}
 
 
 def test_scores_through_verl_naive_reward_manager():
@@ -272,6 +272,7 @@ def test_scores_through_verl_naive_reward_manager():
         "format": 1.0,
         "pred": r"\frac{1}{2}",
         "reason": CORRECT,
+        LABEL_UNKNOWN_KEY: 0.0,
     }
 
 
@@ -285,6 +286,7 @@ def test_missing_ground_truth(ground_truth):
     result = score(think(r"\boxed{5}"), ground_truth)
     assert (result["reason"], result["score"], result["acc"]) == (BAD_GROUND_TRUTH, 0.0, 0.0)
     assert result["format"] == 1.0  # still reported
+    assert result[LABEL_UNKNOWN_KEY] == 1.0
 
 
 def test_non_math_ground_truth_is_bad_unless_matched_verbatim():
@@ -302,6 +304,7 @@ def test_empty_response(response):
 def test_unparsable_answer_scores_zero_despite_the_format(answer):
     result = score(think(answer), "5")
     assert (result["reason"], result["score"], result["acc"], result["format"]) == (NO_ANSWER, 0.0, 0.0, 1.0)
+    assert result[LABEL_UNKNOWN_KEY] == 0.0  # no answer is a wrong answer: a label for the PRM
 
 
 def test_reasons_are_counted():
@@ -340,12 +343,12 @@ def test_reason_shares_are_summarised_periodically(caplog, monkeypatch):
 
 
 def test_slow_verification_times_out_and_the_verifier_is_replaced():
-    score(think(r"\boxed{1}"), "1")  # verifier processes started outside the timed part
-    start = time.monotonic()
+    score(think(r"\boxed{1}"), "1")  # a verifier process started
+    busy = rw._POOL._idle.queue[-1]  # the pool is a LIFO: the next call takes this one
     result = score(think(SLOW_ANSWER), "5", timeout_s=1.0)
-    elapsed = time.monotonic() - start
     assert (result["reason"], result["score"], result["acc"]) == (TIMEOUT, 0.0, 0.0)
-    assert elapsed < 5.0  # killed, not waited out (math-verify alone takes ~10 s)
+    assert result[LABEL_UNKNOWN_KEY] == 1.0  # acc 0 is no verdict: the PRM leaves the row out
+    assert not busy.alive()  # killed at the timeout, not waited out (math-verify alone takes ~10 s)
     assert score(think(r"\boxed{5}"), "5", timeout_s=1.0)["reason"] == CORRECT
 
 
@@ -376,7 +379,9 @@ def test_a_verifier_that_cannot_start_is_a_counted_reason_not_a_crash(monkeypatc
     monkeypatch.setattr(rw, "_LOGGED_ERRORS", set())
     with caplog.at_level("ERROR", logger="verl_prime_lora.reward"):
         results = [score(think(r"\boxed{5}"), "5") for _ in range(3)]
-    assert {(r["reason"], r["score"], r["acc"]) for r in results} == {(VERIFIER_ERROR, 0.0, 0.0)}
+    assert {(r["reason"], r["score"], r["acc"], r[LABEL_UNKNOWN_KEY]) for r in results} == {
+        (VERIFIER_ERROR, 0.0, 0.0, 1.0)
+    }
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "no processes left" in caplog.text  # the traceback once, not per row
 

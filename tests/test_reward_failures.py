@@ -34,6 +34,7 @@ from verl_prime_lora.prm_worker import (
     labels_from_extra_fields,
     nested_rows,
     prm_loss,
+    unlabelled_rows,
 )
 from verl_prime_lora.prompt_filter import AccuracyBandFilterMixin, BandFilter
 from verl_prime_lora.reward_failures import (
@@ -43,6 +44,7 @@ from verl_prime_lora.reward_failures import (
     account_rollouts,
     guarded_score,
 )
+from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
 from verl_prime_lora.trainer import prm_rewards_and_metrics
 
 PRIME_CONFIG = {
@@ -340,12 +342,22 @@ def test_failed_rows_get_no_label_and_no_prm_loss_weight():
     fields = [_fields(1.0), {"reward_extra_info": {FAILED_KEY: 1.0, ERROR_KEY: "E: x"}}, _fields(0.0), _fields(1.0)]
     is_padding = [False, False, False, True]
     account = account_rollouts(keys, is_padding, fields, 3, 1)
-    unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows)]
+    unlabelled = unlabelled_rows(is_padding, account.failed_rows, fields)
     labels = labels_from_extra_fields(fields, unlabelled, "acc")  # no KeyError for the label-less failed row
     assert labels.tolist() == [1.0, 0.0, 0.0, 0.0]
     labelled = labelled_rows([4, 3, 2, 1], unlabelled)
     assert labelled.tolist() == [1.0, 0.0, 1.0, 0.0]
     assert balanced_label_weights(labels, labelled[:, None]).tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_rows_whose_outcome_the_reward_could_not_decide_get_no_label():
+    """A verifier timeout scores acc 0 but flags label_unknown: the PRM must not learn 'wrong' from it."""
+    timed_out = {"reward_extra_info": {"score": 0.0, "acc": 0.0, FAILED_KEY: 0.0, LABEL_UNKNOWN_KEY: 1.0}}
+    decided = {"reward_extra_info": {"score": 0.0, "acc": 0.0, FAILED_KEY: 0.0, LABEL_UNKNOWN_KEY: 0.0}}
+    fields = [_fields(1.0), timed_out, decided]
+    unlabelled = unlabelled_rows([False] * 3, [False] * 3, fields)
+    assert unlabelled == [False, True, False]
+    assert labelled_rows([3, 3, 3], unlabelled).tolist() == [1.0, 0.0, 1.0]
 
 
 def _nested(rows):

@@ -239,6 +239,25 @@ CANARIES = [
         "verl_prime_lora/cpu/platform.py: PlatformCPU.is_available",
         "is_available() is still called once, outside detection's try/except (it raises CpuStackMissing)",
     ),
+    # -- config_checks.check_micro_batches / input_checks.check_resume_checkpoint ------------------
+    Canary(
+        f"{TB}._get_required_batch_multiple",
+        "e8205ec314c299a8",
+        "verl_prime_lora/config_checks.py: check_micro_batches (a step's batch padded to lcm(D, mini x n))",
+        "the multiple a step's batch is padded to (dp size, the actor's and critic's mini-batches x n)",
+    ),
+    Canary(
+        "verl.workers.engine.utils:prepare_micro_batches",
+        "801cfa4ab4317815",
+        "verl_prime_lora/config_checks.py: check_micro_batches",
+        "a fixed micro-batch size must still divide a rank's rows exactly (the assertion), dynamic ones not",
+    ),
+    Canary(
+        "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.load_checkpoint",
+        "af73743c08325a38",
+        "verl_prime_lora/input_checks.py: check_resume_checkpoint",
+        "shards are still named model_world_size_W_rank_R.pt and loaded only for this run's W",
+    ),
 ]
 
 
@@ -290,6 +309,22 @@ def test_verl_internal_is_unchanged(canary):
         f"After checking (and fixing the plugin if needed), set this entry's hash in CANARIES "
         f"({Path(__file__).name}) to {actual!r}."
     )
+
+
+def test_verl_agent_loops_return_one_output_per_session():
+    """The agent-loop input check reads only the loops of `agent_loop_config_path`: veRL's registered ones
+    must each return one AgentLoopOutput per session (not a list, one per turn, which PRIME refuses)."""
+    from hydra.utils import get_class
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    from verl_prime_lora.input_checks import _run_returns_list
+
+    assert _agent_loop_registry, "veRL registers no agent loop any more: re-check input_checks.check_agent_loops"
+    for name, entry in _agent_loop_registry.items():
+        assert not _run_returns_list(get_class(entry["_target_"])), (
+            f"veRL's agent loop {name!r} now returns a list of outputs: the PRIME trainers refuse it only at step 1 "
+            "(trainer.refuse_multi_output_sessions); make input_checks.check_agent_loops refuse it before Ray"
+        )
 
 
 if __name__ == "__main__":

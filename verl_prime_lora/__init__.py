@@ -16,15 +16,16 @@ __version__ = "0.1.0"
 LOGGING_LEVEL_ENV = "VERL_PRIME_LORA_LOGGING_LEVEL"
 
 
-class _StderrWhileRootHasNoHandler(logging.Handler):
-    """Writes records to stderr only while the root logger has no handler.
+class _StderrWhenRootDropsIt(logging.Handler):
+    """Writes a record to stderr only when no handler of the root logger takes it.
 
-    Once anything (``import verl``, an application, pytest) configures the root logger, records reach
-    its handlers through propagation instead, so no line is printed twice.
+    Once anything (``import verl``, an application, pytest) gives the root logger a handler at the
+    record's level, the record reaches it through propagation instead, so no line is printed twice. A
+    root handler above it (veRL's Ray workers hold one at ERROR) would drop it: then it is written here.
     """
 
     def emit(self, record: logging.LogRecord) -> None:
-        if logging.getLogger().handlers:
+        if any(record.levelno >= handler.level for handler in logging.getLogger().handlers):
             return
         try:
             sys.stderr.write(self.format(record) + "\n")
@@ -42,7 +43,7 @@ def _configure_package_logger() -> None:
         raise ValueError(
             f"{LOGGING_LEVEL_ENV}={level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)"
         ) from None
-    handler = _StderrWhileRootHasNoHandler()
+    handler = _StderrWhenRootDropsIt()
     handler.setFormatter(logging.Formatter("%(levelname)s:%(asctime)s:%(name)s:%(message)s"))
     package_logger.addHandler(handler)
 

@@ -18,6 +18,7 @@ Nothing here imports torch or Ray.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +41,11 @@ def _lora_rank(config: Any) -> int:
     if rank <= 0:
         rank = int(_get(config, "actor_rollout_ref.model.lora_rank", 0) or 0)
     return rank
+
+
+def training_ranks(config: Any) -> int:
+    """D = trainer.n_gpus_per_node x trainer.nnodes: the ranks the actor and the PRM are data-parallel over."""
+    return int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
 
 
 def actor_uses_lora(config: Any) -> bool:
@@ -144,10 +150,76 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             f"is {prm_mini}; it must divide actor_rollout_ref.actor.ppo_mini_batch_size ({actor_mini}), "
             "both counted in prompts (x rollout.n responses), so every PRM mini-batch is full.",
         )
+    check_micro_batches(config, prm_mini, prm)
 
     # 6. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
+
+
+def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
+    """Every fixed-size micro-batch divides each training rank's share of the rows it is cut from.
+
+    veRL gives each of the D = trainer.n_gpus_per_node x trainer.nnodes ranks an equal share of a batch and
+    cuts it into micro-batches of the configured size (engine/utils.py `prepare_micro_batches`), stopping
+    with an assertion when the share is not a whole number of them. The shares:
+    * a step's batch (old log-probs, reference and PRM log-probs): B = data.train_batch_size x n responses,
+      which veRL pads to a multiple of M = lcm(D, ppo_mini_batch_size x n) (`_get_required_batch_multiple`),
+      so ⌈B/M⌉·M/D rows per rank;
+    * an actor mini-batch: ppo_mini_batch_size x n / D; a PRM mini-batch: prime.prm.mini_batch_size x n / D.
+    A part with dynamic micro-batches (token budgets) is not checked.
+    """
+    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    ranks = training_ranks(config)
+    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
+    multiple = math.lcm(ranks, actor_mini)
+    step_rows = -(-int(_get(config, "data.train_batch_size", 1)) * n // multiple) * multiple
+    step = (
+        step_rows,
+        f"a step's batch of {step_rows} responses (data.train_batch_size x actor_rollout_ref.rollout.n={n}, "
+        f"padded by veRL to a multiple of {multiple})",
+    )
+    actor_dynamic = bool(_get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
+    parts = [
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", actor_dynamic, *step, "old-log-prob forward"),
+        (
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            actor_dynamic,
+            actor_mini,
+            f"an actor mini-batch of {actor_mini} responses (ppo_mini_batch_size x rollout.n={n})",
+            "actor update",
+        ),
+        ("prime.prm.infer_micro_batch_size_per_gpu", prm.use_dynamic_bsz, *step, "PRM log-prob forward"),
+        (
+            "prime.prm.micro_batch_size_per_gpu",
+            prm.use_dynamic_bsz,
+            prm_mini * n,
+            f"a PRM mini-batch of {prm_mini * n} responses (prime.prm.mini_batch_size={prm_mini} prompts x "
+            f"rollout.n={n})",
+            "PRM update",
+        ),
+    ]
+    kl = bool(_get(config, "algorithm.use_kl_in_reward", False)) or bool(
+        _get(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+    if kl and not actor_uses_lora(config):  # veRL's own reference worker (a LoRA actor's is its adapter off)
+        ref_dynamic = bool(_get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False))
+        parts.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", ref_dynamic, *step, "reference"))
+    for key, dynamic, rows, what, phase in parts:
+        micro = _get(config, key)
+        if dynamic or micro is None:
+            continue
+        micro = int(micro)
+        if rows % ranks or (rows // ranks) % micro:
+            divisors = [d for d in range(1, rows // ranks + 1) if (rows // ranks) % d == 0] if rows % ranks == 0 else []
+            _fail(
+                key,
+                f"is {micro}; {what} over {ranks} training rank{'s' if ranks > 1 else ''} "
+                f"(trainer.n_gpus_per_node x trainer.nnodes) gives each rank {rows / ranks:g} rows, which must be "
+                f"a whole number of micro-batches: veRL stops at the first {phase} otherwise. "
+                + (f"Pick one of {divisors}" if divisors else "Change the batch sizes")
+                + ", or use dynamic micro-batches (token budgets).",
+            )
 
 
 def _tokenizer_path(config: Any, prefix: str) -> str | None:

