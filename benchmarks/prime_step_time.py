@@ -1,15 +1,18 @@
 """Step time and actor-pool memory of PRIME vs the same run without the PRM, on this machine.
 
-Two `python -m verl.trainer.main_ppo` runs, back to back, with identical overrides except:
+`python -m verl.trainer.main_ppo` runs, back to back, with identical overrides except:
 
-* PRIME:    `+recipe=<recipes>` as given (default `prime_lora_colocated`, plus `cpu` without CUDA);
+* PRIME, one run per `--pre-update` value (default: `from_update` then `forward`, the PRM's pre-update
+            log-probs from its update's first forward, or from a forward of their own as before):
+            `+recipe=<recipes>` as given (default `prime_lora_colocated`, plus `cpu` without CUDA) and
+            `prime.prm.pre_update_log_probs=<value>`;
 * baseline: the same + `trainer.v1.trainer_mode=sync algorithm.adv_estimator=grpo` (veRL's own sync
             trainer and GRPO: no PRM worker group, no PRM forward/update).
 
-Reported: the median `timing_s/step` over the steps after the first (warm-up) of each run and their
-ratio; the PRIME run's PRM phases (`timing_s/prm_*`) and their sum over the actor's phases
+Reported per PRIME run: the median `timing_s/step` over the steps after the first (warm-up) and its
+ratio to the baseline's; the PRM phases (`timing_s/prm_*`) and their sum over the actor's phases
 (`old_log_prob + update_actor`); the PRM's passes per step next to their minimum (`trainer.prm_passes`,
-for the run's `prime.prm.update` and reference); and the peak memory of the actor pool:
+for the run's `prime.prm.update`, reference and pre-update source); and the peak memory of the actor pool:
 GPU — veRL's `perf/max_memory_allocated_gb` of the actor and of the PRM workers (one GPU: their sum);
 CPU — the peak summed RSS of the actor-pool processes (veRL's fused `WorkerDict` actor worker and the
 PRM's `TrainingWorker`s), sampled every 0.5 s.
@@ -128,15 +131,24 @@ def pass_counts(overrides: list[str]) -> dict:
     """The PRM passes per step of the PRIME run's config, today and at the minimum (trainer.prm_passes)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
+    from verl_prime_lora.config_checks import step_batch_rows
     from verl_prime_lora.preflight.compose_and_check import compose_config
     from verl_prime_lora.prime_config import prime_config
-    from verl_prime_lora.trainer import prm_passes, reference_source
+    from verl_prime_lora.prm_worker import model_dropout
+    from verl_prime_lora.trainer import pre_update_from_update, prm_passes, reference_source
 
     config = compose_config(overrides)
     prm = prime_config(config).prm
     reference = reference_source(config, use_reference_policy=need_reference_policy(config))
-    today, minimum = prm_passes(prm.update, reference, prm.epochs)
-    return {"update": prm.update, "reference": reference, "today": vars(today), "minimum": vars(minimum)}
+    from_update = pre_update_from_update(config, step_batch_rows(config)[0], model_dropout(config.prime.prm.model))
+    today, minimum = prm_passes(prm.update, reference, prm.epochs, from_update)
+    return {
+        "update": prm.update,
+        "reference": reference,
+        "pre_update_from_update": from_update,
+        "today": vars(today),
+        "minimum": vars(minimum),
+    }
 
 
 def main() -> None:
@@ -148,6 +160,12 @@ def main() -> None:
     parser.add_argument("--recipes", default=None, help="default: prime_lora_colocated (+cpu without CUDA)")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument(
+        "--pre-update",
+        nargs="+",
+        default=["from_update", "forward"],
+        help="prime.prm.pre_update_log_probs of each PRIME run",
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs (after --)")
     args = parser.parse_args()
 
@@ -185,35 +203,43 @@ def main() -> None:
         "trainer.project_name=prime_bench",
         *args.overrides,
     ]
-    prime = run("prime", [*common, "trainer.experiment_name=prime"], workdir, args.timeout)
+    primes = {}
+    for source in args.pre_update:
+        name = f"prime_{source}"
+        overrides = [*common, f"trainer.experiment_name={name}", f"prime.prm.pre_update_log_probs={source}"]
+        primes[source] = (summarise(run(name, overrides, workdir, args.timeout)), pass_counts(overrides))
     base = run(
         "baseline",
         [*common, "trainer.experiment_name=baseline", "trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo"],
         workdir,
         args.timeout,
     )
-    p, b = summarise(prime), summarise(base)
-    report = {
-        "device": "cuda" if cuda else "cpu",
-        "recipes": recipes,
-        "steps": args.steps,
-        "prime": p,
-        "baseline_grpo_no_prm": b,
-        "step_time_ratio": p["step_s_median"] / b["step_s_median"],
-        "prm_passes_per_step": pass_counts(common),
-        "pool_rss_peak_ratio": (p["pool_rss_peak_gb"] / b["pool_rss_peak_gb"]) if b["pool_rss_peak_gb"] else None,
-    }
-    if cuda:
-        gpu_p = p.get("actor/perf/max_memory_allocated_gb", 0.0) + p.get("prm/max_memory_allocated_gb", 0.0)
-        gpu_b = b.get("actor/perf/max_memory_allocated_gb", 0.0)
-        report["actor_pool_gpu_peak_gb"] = {"prime": gpu_p, "baseline": gpu_b}
+    b = summarise(base)
+    report = {"device": "cuda" if cuda else "cpu", "recipes": recipes, "steps": args.steps, "baseline_grpo_no_prm": b}
+    for source, (p, passes) in primes.items():
+        entry = {
+            "run": p,
+            "step_time_ratio": p["step_s_median"] / b["step_s_median"],
+            "prm_passes_per_step": passes,
+            "pool_rss_peak_ratio": (p["pool_rss_peak_gb"] / b["pool_rss_peak_gb"]) if b["pool_rss_peak_gb"] else None,
+        }
+        if cuda:
+            gpu_p = p.get("actor/perf/max_memory_allocated_gb", 0.0) + p.get("prm/max_memory_allocated_gb", 0.0)
+            gpu_b = b.get("actor/perf/max_memory_allocated_gb", 0.0)
+            entry["actor_pool_gpu_peak_gb"] = {"prime": gpu_p, "baseline": gpu_b}
+        report[f"prime_{source}"] = entry
     print(json.dumps(report, indent=2))
     (workdir / "report.json").write_text(json.dumps(report, indent=2))
-    print(f"step-time ratio PRIME / GRPO-without-PRM: {report['step_time_ratio']:.3f}  (workdir {workdir})")
-    print(
-        f"PRM phases / actor phases (old_log_prob + update_actor): {p['prm_phases_over_actor_phases']:.3f}; "
-        f"PRM passes per step {report['prm_passes_per_step']}"
-    )
+    print(f"(workdir {workdir})")
+    print("| prime.prm.pre_update_log_probs | step time / GRPO's | PRM phases / actor phases | PRM passes (minimum) |")
+    print("|---|---|---|---|")
+    for source in primes:
+        entry = report[f"prime_{source}"]
+        passes = entry["prm_passes_per_step"]
+        print(
+            f"| {source} | {entry['step_time_ratio']:.3f} | {entry['run']['prm_phases_over_actor_phases']:.3f} | "
+            f"{sum(passes['today'].values())} ({sum(passes['minimum'].values())}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -135,10 +135,10 @@ def test_saved_tokenizer_splits_like_the_built_one(splits, tmp_path):
         assert loaded(text)["input_ids"] == built(text)["input_ids"], text
 
 
-def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
-    """Builds the warm model (about a minute on 2 cores), then a second call reuses it without training."""
-    out = tmp_path / "warm"
-    result = ct.write_warm_assets(out, seed=0, train_size=200, test_size=50)
+def test_warm_start_end_to_end_and_cache(warm_assets, capsys, monkeypatch):
+    """The warm model as the demo builds it (conftest.warm_assets: about a minute on 2 cores), then a second
+    call reuses it without training."""
+    result, out = warm_assets, warm_assets["out"]
     stats = json.loads(result["warm_start"].read_text())
     assert stats["reached_skill"]
     skill = [check for check in stats["checks"] if check["phase"] == "skill"]
@@ -154,7 +154,7 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
     assert not result["stats"]["reused"]
 
     train, test = pd.read_parquet(result["train"]), pd.read_parquet(result["test"])
-    assert (len(train), len(test)) == (200, 50)
+    assert (len(train), len(test)) == (stats["train_size"], stats["test_size"]) == (2000, 200)
     assert set(train["data_source"]) == {ct.DATA_SOURCE}
     assert not set(train["extra_info"].map(lambda info: info["question"])) & set(
         test["extra_info"].map(lambda info: info["question"])
@@ -169,7 +169,8 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
     assert model.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id
     # what veRL and vLLM load from disk scores what the stop rule measured in memory
-    held_out_chains = ct.make_splits(0, {"sft_eval": 200, "test": 50, "train": 200})["sft_eval"]
+    sizes = {"sft_eval": stats["eval_size"], "test": stats["test_size"], "train": stats["train_size"]}
+    held_out_chains = ct.make_splits(0, sizes)["sft_eval"]
     held_out = ct.HeldOut(
         [ct.prompt_text(tokenizer, c) for c in held_out_chains],
         [c.answer for c in held_out_chains],
@@ -177,12 +178,12 @@ def test_warm_start_end_to_end_and_cache(tmp_path, capsys, monkeypatch):
     )
     assert held_out.greedy_accuracy(model, tokenizer) == stats["greedy_acc"]
 
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft ")]
+    printed = [line for line in result["printed"].splitlines() if line.startswith("sft ")]
     assert len(printed) <= stats["sft_steps"] // ct.PRINT_EVERY + 2  # compact: not one line per check
     assert f"sft skill step {skill[-1]['step']:5d}" in "\n".join(printed)  # the stop is always shown
     assert f"sft habit step {habit[-1]['step']:5d}" in "\n".join(printed)
     monkeypatch.setattr(ct, "train_warm_start", lambda *args: pytest.fail("trained again"))
-    again = ct.write_warm_assets(out, seed=0, train_size=200, test_size=50)
+    again = ct.write_warm_assets(out, seed=0)
     assert again["stats"]["reused"]
     assert "reusing" in capsys.readouterr().out
     assert {k: v for k, v in again["stats"].items() if k != "reused"} == stats

@@ -121,6 +121,7 @@ OVERRIDES = [
     ("prime.prm.epochs=2", lambda c: c.prm.epochs, 2),
     ("prime.prm.shuffle=true", lambda c: c.prm.shuffle, True),
     ("prime.prm.seed=7", lambda c: c.prm.seed, 7),
+    ("prime.prm.pre_update_log_probs=check", lambda c: c.prm.pre_update_log_probs, "check"),
 ]
 
 ADVANTAGE_OVERRIDES = [
@@ -179,6 +180,7 @@ INVALID = [
     ("prime.prm.beta=0", "prime.prm.beta"),
     ("prime.prm.beta=null", "prime.prm.beta"),
     ("prime.prm.update=reverse", "prime.prm.update"),
+    ("prime.prm.pre_update_log_probs=update", "prime.prm.pre_update_log_probs"),
     ("prime.prm.reference=sft", "prime.prm.reference"),
     ("prime.prm.label_key=format", "prime.prm.label_key"),
     ("prime.prm.label_key=score", "prime.prm.label_key"),

@@ -24,15 +24,21 @@ from tensordict import NonTensorData, TensorDict
 import verl_prime_lora.verl_patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
 from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.core_algos import prm_bce_loss
+from verl_prime_lora.prime_config import PrmConfig
 from verl_prime_lora.prm_worker import (
+    CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
+    PRM_ROW_FIELD,
     PRM_WEIGHT_FIELD,
+    assemble_captured_log_probs,
     build_prm_worker_config,
     labels_from_extra_fields,
+    model_dropout,
     nested_rows,
     prm_checkpoint_dir,
     prm_loss,
+    update_forward_is_pre_update,
 )
 from verl_prime_lora.trainer import (
     REF_ACTOR_BASE,
@@ -385,6 +391,95 @@ def test_prm_loss_centres_on_the_micro_batch_mean_log_ratio():
     assert prm_loss(shifted, data, beta=beta, center=True)[0].item() == pytest.approx(loss.item(), rel=1e-5)
 
 
+def test_prm_loss_captures_each_rows_response_log_probs_on_request():
+    """With `capture_log_probs`, the loss also returns (row in the step's batch, the row's response log-probs)
+    for every row of the micro-batch: what the PRM would compute in a forward of its own, before the update."""
+    beta = 0.05
+    model_output, data, seq_lp, _, _ = _micro_batch(beta)
+    loss, metrics = prm_loss(model_output, data, beta=beta)
+    assert metrics == {}  # not asked
+    data[PRM_ROW_FIELD] = nested_rows(torch.tensor([5.0, 0.0, 9.0]), [3, 2, 1])
+    data["capture_log_probs"] = NonTensorData(True)
+    captured_loss, metrics = prm_loss(model_output, data, beta=beta)
+    assert captured_loss.item() == loss.item()
+    rows = metrics[CAPTURED_LOG_PROBS]
+    assert [row for row, _ in rows] == [5, 0, 9]
+    for (_, values), lp, p, r in zip(rows, seq_lp, [2, 3, 2], [3, 2, 1]):
+        assert not values.requires_grad
+        assert torch.equal(values, lp[p - 1 : p + r - 1].detach())  # position t predicts token t+1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 5), min_size=1, max_size=10),
+    ranks=st.sampled_from([1, 2]),
+    micro=st.integers(1, 4),
+    epochs=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_captured_log_probs_are_put_back_in_row_order(lengths, ranks, micro, epochs, seed):
+    """However veRL splits the rows (shuffled, over ranks and micro-batches) and nests the loss metric (micro-
+    batches in a list, ranks in a list when all-gathered, mini-batches in a list), every row gets its first
+    epoch's log-probs; a row that was never captured is an error, not a zero."""
+    generator = torch.Generator().manual_seed(seed)
+    values = [torch.randn(n, generator=generator) for n in lengths]
+    width = max(lengths)
+
+    def one_epoch(shift):
+        order = torch.randperm(len(lengths), generator=generator).tolist()
+        shards = [order[rank::ranks] for rank in range(ranks)]
+        per_rank = [
+            [
+                [(i, values[i] + shift) for i in shard[j : j + micro] if lengths[i] > 0]
+                for j in range(0, len(shard), micro)
+            ]
+            for shard in shards
+        ]
+        return per_rank if ranks > 1 else per_rank[0]
+
+    captured = [one_epoch(shift=float(epoch)) for epoch in range(epochs)]  # later epochs: other values
+    expected = torch.zeros(len(lengths), width)
+    for i, v in enumerate(values):
+        expected[i, : len(v)] = v
+    assert torch.equal(assemble_captured_log_probs(captured, lengths, width), expected)
+    with_rows = [i for i, n in enumerate(lengths) if n > 0]
+    if with_rows:
+
+        def without(value, row):  # the nested lists with row's pairs removed
+            if isinstance(value, tuple):
+                return value
+            return [without(v, row) for v in value if not (isinstance(v, tuple) and v[0] == row)]
+
+        with pytest.raises(RuntimeError, match=rf"rows \[{with_rows[-1]}\] .*pre_update_log_probs=forward"):
+            assemble_captured_log_probs(without(captured, with_rows[-1]), lengths, width)
+        with pytest.raises(RuntimeError, match="not captured"):
+            assemble_captured_log_probs(None, lengths, width)
+
+
+@pytest.mark.parametrize(
+    "update, is_lora, dropout, rows, exact",
+    [
+        ("after", False, 0.0, 16, True),  # one mini-batch of 8 prompts x 2: its first forward is pre-update
+        ("before", False, 0.0, 16, True),
+        ("after", False, 0.0, 32, False),  # two mini-batches: the second's forward follows an optimizer step
+        ("after", True, 0.0, 16, False),  # a LoRA PRM: adapter dropout in training
+        ("after", False, 0.1, 16, False),  # dropout in the model
+        ("none", False, 0.0, 16, False),  # no update
+    ],
+)
+def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, is_lora, dropout, rows, exact):
+    prm = PrmConfig(update=update, mini_batch_size=8)
+    assert update_forward_is_pre_update(prm, is_lora, dropout, rows, n=2) is exact
+
+
+def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
+    model = OmegaConf.create({"path": tiny_model, "override_config": {}})
+    assert model_dropout(model) == 0.0  # Qwen2: attention_dropout 0
+    model.override_config = {"attention_dropout": 0.1}
+    assert model_dropout(model) == 0.1
+    assert model_dropout(OmegaConf.create({"path": str(tmp_path / "missing")})) == 1.0  # unknown: not 0
+
+
 def test_multi_output_sessions_are_refused_before_any_update():
     from verl_prime_lora.trainer import refuse_multi_output_sessions
 
@@ -620,6 +715,9 @@ def test_prm_passes_per_step_and_their_minimum(update, reference, today, minimum
     now, least = prm_passes(update, reference)
     assert now.total() - least.total() == (update != "none")
     assert prm_passes(update, reference, epochs=2)[0].prm_train == (0 if update == "none" else 2)
+    # with the pre-update log-probs taken from the update's first forward, a training mode makes the minimum
+    if update != "none":
+        assert prm_passes(update, reference, from_update=True) == (PrmPasses(*minimum), PrmPasses(*minimum))
 
 
 # A mini-batch of rows for the data-parallel check: (prompt length, response length, label, weight);

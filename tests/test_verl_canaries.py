@@ -117,6 +117,26 @@ CANARIES = [
         "the fields written back to TransferQueue; the estimator call (compute_advantage_for_multi_"
         "trajectories) is replaced by prime_advantages",
     ),
+    # -- prm_worker.py: the pre-update log-probs captured in the update (prime.prm.pre_update_log_probs) ---------
+    Canary(
+        "verl.workers.engine_workers:TrainingWorker.train_mini_batch",
+        "89c6837320994ec5",
+        "verl_prime_lora/prm_worker.py: update_forward_is_pre_update, assemble_captured_log_probs",
+        "one mini-batch of the whole batch still means every row's first forward precedes the first optimizer "
+        "step; list-valued loss metrics still come back (flattened once) in output['metrics'] in epoch order",
+    ),
+    Canary(
+        "verl.workers.engine_workers:TrainingWorker._postprocess_output",
+        "6952271cb3e15503",
+        "verl_prime_lora/prm_worker.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
+        "loss metrics other than loss/grad_norm/lr are still all-gathered over DP as objects, not reduced",
+    ),
+    Canary(
+        "verl.workers.engine.utils:postprocess_batch_func",
+        "464a425a43e147a2",
+        "verl_prime_lora/prm_worker.py: prm_loss's CAPTURED_LOG_PROBS metric",
+        "each micro-batch's loss metrics are still appended as they are (append_to_dict)",
+    ),
     Canary(
         "verl.workers.utils.losses:value_loss",
         "9f767d689be7de00",

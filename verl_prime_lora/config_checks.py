@@ -157,6 +157,15 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
         check_prm_tokenizer(config)
 
 
+def step_batch_rows(config: Any) -> tuple[int, int]:
+    """(B, M): the rows of a training step's batch, B = data.train_batch_size x rollout.n responses padded by
+    veRL to a multiple of M = lcm(D training ranks, ppo_mini_batch_size x rollout.n)."""
+    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
+    multiple = math.lcm(training_ranks(config), actor_mini)
+    return -(-int(_get(config, "data.train_batch_size", 1)) * n // multiple) * multiple, multiple
+
+
 def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
     """Every fixed-size micro-batch divides each training rank's share of the rows it is cut from.
 
@@ -172,8 +181,7 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
     n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
     ranks = training_ranks(config)
     actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
-    multiple = math.lcm(ranks, actor_mini)
-    step_rows = -(-int(_get(config, "data.train_batch_size", 1)) * n // multiple) * multiple
+    step_rows, multiple = step_batch_rows(config)
     step = (
         step_rows,
         f"a step's batch of {step_rows} responses (data.train_batch_size x actor_rollout_ref.rollout.n={n}, "

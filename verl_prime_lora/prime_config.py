@@ -36,6 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 UPDATE_MODES = ("before", "after", "none")  # prime.prm.update
 REFERENCE_TYPES = ("init", "policy")  # prime.prm.reference
+PRE_UPDATE_SOURCES = ("from_update", "forward", "check")  # prime.prm.pre_update_log_probs
 PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (core_algos.PROCESS_NORMS implements them)
 PROCESS_BASELINES = ("group_norm", "leave_one_out")  # algorithm.prime.process_baseline
 # Reward-info keys that are not an outcome accuracy and must never become the PRM label.
@@ -154,6 +155,12 @@ class PrmConfig(_Section):
         epochs: passes over the batch per RL step.
         shuffle: shuffle responses across PRM mini-batches.
         seed: the mini-batch shuffling seed.
+        pre_update_log_probs: where the PRM's log-probs before this step's update (the `after` rewards, the
+            held-out `prm/dpo_acc_before*`) come from. `from_update`: the update's own first forward, where
+            that is exact (`prm_worker.update_forward_is_pre_update`: one mini-batch per epoch, a
+            full-parameter PRM without dropout), else a forward of their own; `forward`: always a forward of
+            their own; `check`: both, logging their largest difference (`prm/pre_update_log_prob_max_abs_diff`)
+            and using the separate forward's.
     """
 
     KEY: ClassVar[str] = "prime.prm"
@@ -174,6 +181,7 @@ class PrmConfig(_Section):
     epochs: int = 1
     shuffle: bool = False
     seed: int = 42
+    pre_update_log_probs: str = "from_update"
 
     def __post_init__(self) -> None:
         if not self.beta > 0:
@@ -182,6 +190,8 @@ class PrmConfig(_Section):
             self._fail("update", f"choose one of {list(UPDATE_MODES)}.")
         if self.reference not in REFERENCE_TYPES:
             self._fail("reference", f"choose one of {list(REFERENCE_TYPES)}.")
+        if self.pre_update_log_probs not in PRE_UPDATE_SOURCES:
+            self._fail("pre_update_log_probs", f"choose one of {list(PRE_UPDATE_SOURCES)}.")
         if not self.label_key or self.label_key in FORBIDDEN_LABEL_KEYS:
             self._fail(
                 "label_key",

@@ -43,7 +43,10 @@ PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the respo
 PRM_WEIGHT_FIELD = (
     "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
 )
+PRM_ROW_FIELD = "prm_row"  # the row's index in the step's batch, repeated likewise (to place captured log-probs)
 PRM_TEMPERATURE = 1.0
+# prm_loss's metric carrying the log-probs of its forward, when the update is asked to capture them
+CAPTURED_LOG_PROBS = "prm_captured_log_probs"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,7 +83,72 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
         loss = loss_sum * dp_size / global_batch_size
     else:
         loss = loss_sum / (mask.sum(-1) > 0).sum().clamp_min(1)
-    return loss, {}
+    metrics = {}
+    if "capture_log_probs" in data.keys() and data["capture_log_probs"]:
+        metrics[CAPTURED_LOG_PROBS] = captured_rows(log_prob, data)
+    return loss, metrics
+
+
+def captured_rows(log_prob: torch.Tensor, data: TensorDict) -> list[tuple[int, torch.Tensor]]:
+    """(row, log-probs of the row's response tokens) for each row of a micro-batch with a response.
+
+    `row` is the row's index in the step's batch (`PRM_ROW_FIELD`), so the rows can be put back in order
+    whatever veRL's split over ranks, micro-batches and token budgets. The values are detached CPU copies:
+    they travel back to the trainer inside the update's metrics (`ImplicitPRM.update(capture=True)`), the
+    one channel veRL's `TrainingWorker.train_mini_batch` returns.
+    """
+    lengths = data["response_mask"].offsets().diff().tolist()
+    rows = data.select(PRM_ROW_FIELD).to_padded_tensor()[PRM_ROW_FIELD]
+    return [
+        (int(rows[i, 0].item()), log_prob[i, :length].detach().float().cpu())
+        for i, length in enumerate(lengths)
+        if length > 0
+    ]
+
+
+def _captured_pairs(value: Any):
+    """The (row, log-probs) pairs inside the nested lists veRL builds from one metric (micro-batches, DP
+    ranks, mini-batches: the nesting depends on the rank count)."""
+    if isinstance(value, tuple):
+        yield value
+    elif value is not None:
+        for item in value:
+            yield from _captured_pairs(item)
+
+
+def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -> torch.Tensor:
+    """(B, width) log-probs, row i from the first capture of row i (later epochs repeat the rows), zero padded.
+
+    Every row with a response must have been captured: a missing one means veRL no longer runs each row
+    through the loss once per epoch, and the pre-update log-probs cannot be taken from the update.
+    """
+    out = torch.zeros(len(lengths), width)
+    seen = set()
+    for row, values in _captured_pairs(captured):
+        if row in seen:
+            continue
+        seen.add(row)
+        if values.shape[0] != lengths[row]:
+            raise RuntimeError(f"PRM update: row {row} has {lengths[row]} tokens, {values.shape[0]} captured")
+        out[row, : min(width, lengths[row])] = values[:width]
+    missing = [row for row, length in enumerate(lengths) if length > 0 and row not in seen]
+    if missing:
+        raise RuntimeError(
+            f"PRM update: rows {missing[:8]} were not captured by the update's forward; set "
+            "prime.prm.pre_update_log_probs=forward (and report it: veRL's TrainingWorker may have changed)"
+        )
+    return out
+
+
+def update_forward_is_pre_update(prm: PrmConfig, is_lora: bool, dropout: float, batch_rows: int, n: int) -> bool:
+    """Whether the PRM update's first forward of each row gives exactly the pre-update log-probs.
+
+    It does when the whole batch is one mini-batch (no optimizer step before any row's first forward), and
+    the training forward computes what the log-prob forward does: no dropout in the model (`dropout`, the
+    largest dropout probability of its config), and a full-parameter PRM (a LoRA PRM's adapter has dropout
+    of its own, and its reference forward, adapter off, must not come first: see the trainer's step 1).
+    """
+    return prm.update != "none" and not is_lora and dropout == 0 and batch_rows == prm.mini_batch_size * n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,6 +201,31 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
         engine_config=engine_config,
         optimizer_config=optimizer_config,
         checkpoint_config=checkpoint_config,
+    )
+
+
+def model_dropout(model_cfg: DictConfig) -> float:
+    """The largest dropout probability in the PRM's Hugging Face config (with `override_config`): a
+    `*dropout*` or `*_pdrop` number. 1.0 when the config cannot be read here (then nothing counts on 0)."""
+    from transformers import AutoConfig
+
+    try:
+        hf_config = AutoConfig.from_pretrained(
+            str(model_cfg.path), trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
+        )
+    except (OSError, ValueError) as exc:
+        logger.info("PRM: cannot read %s's config (%s); its dropout is taken as unknown", model_cfg.path, exc)
+        return 1.0
+    values = {**hf_config.to_dict(), **OmegaConf.to_container(model_cfg.get("override_config") or OmegaConf.create())}
+    return max(
+        (
+            float(value)
+            for key, value in values.items()
+            if ("dropout" in key or key.endswith("_pdrop"))
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        ),
+        default=0.0,
     )
 
 
@@ -238,8 +331,10 @@ class ImplicitPRM:
 
     # -- update --------------------------------------------------------------------------------
 
-    def update(self, batch) -> dict[str, float]:
-        """One pass of mini-batch updates over the batch; returns veRL's reduced worker metrics."""
+    def update(self, batch, capture: bool = False) -> tuple[dict[str, float], Any]:
+        """`prime.prm.epochs` passes of mini-batch updates over the batch: (veRL's reduced worker metrics, the
+        log-probs of every forward as `prm_loss` captured them, for `assemble_captured_log_probs`, or None).
+        With `capture`, the batch must hold `PRM_ROW_FIELD`."""
         from verl.utils.metric import reduce_metrics
 
         n = int(self.config.actor_rollout_ref.rollout.n)
@@ -254,9 +349,11 @@ class ImplicitPRM:
             temperature=PRM_TEMPERATURE,
             calculate_entropy=False,
             no_lora_adapter=False,
+            capture_log_probs=capture,
         )
         output = self.wg.train_mini_batch(meta).get()
         worker_metrics = dict(output["metrics"])
+        captured = worker_metrics.pop(CAPTURED_LOG_PROBS, None)
         metrics = {}
         for key in ("loss", "grad_norm", "lr"):
             if key in worker_metrics:
@@ -264,7 +361,7 @@ class ImplicitPRM:
         for key in ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb"):
             if key in worker_metrics:
                 metrics[key.replace("perf/", "")] = worker_metrics[key]
-        return reduce_metrics(metrics)
+        return reduce_metrics(metrics), captured
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-from verl_prime_lora.config_checks import actor_uses_lora, validate_prime_config
+from verl_prime_lora.config_checks import actor_uses_lora, step_batch_rows, validate_prime_config
 from verl_prime_lora.core_algos import (
     GATE_EMA_DECAY,
     balanced_label_weights,
@@ -63,17 +63,21 @@ from verl_prime_lora.prime_config import advantage_config, prime_config
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
+    PRM_ROW_FIELD,
     PRM_TEMPERATURE,
     PRM_WEIGHT_FIELD,
     ImplicitPRM,
+    assemble_captured_log_probs,
     labelled_rows,
     labels_from_extra_fields,
     log_prob_meta,
+    model_dropout,
     nested_rows,
     prm_checkpoint_dir,
     prm_is_lora,
     read_response_log_probs,
     unlabelled_rows,
+    update_forward_is_pre_update,
 )
 from verl_prime_lora.reward_failures import account_rollouts
 from verl_prime_lora.reward_info import label_unknown
@@ -125,23 +129,35 @@ class PrmPasses:
         return self.prm_forward + self.prm_train + self.reference_forward
 
 
-def prm_passes(update: str, reference: str, epochs: int = 1) -> tuple[PrmPasses, PrmPasses]:
-    """(what a step makes today, the minimum) for `prime.prm.update` and a `reference_source`.
+def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool = False) -> tuple[PrmPasses, PrmPasses]:
+    """(what a step makes, the minimum) for `prime.prm.update`, a `reference_source`, and whether the
+    pre-update log-probs come `from_update` (`prm_worker.update_forward_is_pre_update`).
 
-    Today: one PRM forward before the update (the `after` rewards, and `prm/dpo_acc_before`, the held-out
-    ranking, in every mode), `epochs` forward/backward passes unless `none`, one more forward after
-    the update in `before` mode, and one reference forward unless veRL's ref/old log-probs are reused.
+    A step makes: the PRM's pre-update log-probs (the `after` rewards, and `prm/dpo_acc_before`, the
+    held-out ranking, in every mode) from a forward of their own unless `from_update`, `epochs`
+    forward/backward passes unless `none`, one more forward after the update in `before` mode, and one
+    reference forward unless veRL's ref/old log-probs are reused.
     Minimum: `after` = reference + the forward/backward passes (the first one's forward gives the
-    pre-update log-probs); `before` = the same + one forward; `none` = reference + one forward. The gap
-    is the pre-update forward of `after`/`before`. It equals the update's own first forward only with one
-    mini-batch, and veRL's `TrainingWorker.train_mini_batch` returns metrics, not that forward's
-    log-probs, so it is kept.
+    pre-update log-probs); `before` = the same + one forward; `none` = reference + one forward. With
+    `from_update` a step makes the minimum; without (several PRM mini-batches, a LoRA PRM, dropout, or
+    `prime.prm.pre_update_log_probs=forward`) one forward more.
     """
     reference_forward = 0 if reference in (REF_ACTOR_REF, REF_POLICY_OLD) else 1
     train = 0 if update == "none" else epochs
-    today = PrmPasses(1 + (update == "before"), train, reference_forward)
+    today = PrmPasses((not from_update) + (update == "before"), train, reference_forward)
     minimum = PrmPasses({"none": 1, "after": 0, "before": 1}[update], train, reference_forward)
     return today, minimum
+
+
+def pre_update_from_update(config: DictConfig, batch_rows: int, dropout: float) -> bool:
+    """Whether a step of `batch_rows` responses takes the PRM's pre-update log-probs from its update's first
+    forward (`prime.prm.pre_update_log_probs` from_update or check, and exact:
+    `prm_worker.update_forward_is_pre_update`); `dropout`: `prm_worker.model_dropout` of the PRM."""
+    prm = prime_config(config).prm
+    if prm.pre_update_log_probs == "forward":
+        return False
+    n = int(config.actor_rollout_ref.rollout.n)
+    return update_forward_is_pre_update(prm, prm_is_lora(config.prime.prm), dropout, batch_rows, n)
 
 
 def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
@@ -215,7 +231,13 @@ class PrimeTrainerMixin:
             total_training_steps=self.total_training_steps,
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
-        today, minimum = prm_passes(self.prime.prm.update, self.prm_reference, self.prime.prm.epochs)
+        self.prm_dropout = model_dropout(self.prm.cfg.model)
+        today, minimum = prm_passes(
+            self.prime.prm.update,
+            self.prm_reference,
+            self.prime.prm.epochs,
+            from_update=pre_update_from_update(self.config, step_batch_rows(self.config)[0], self.prm_dropout),
+        )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
             self.prime.prm.reference,
@@ -299,12 +321,17 @@ class PrimeTrainerMixin:
         account.check(self.prime.max_failed_rollout_ratio, self.global_steps)
         refuse_multi_output_sessions(batch.keys, is_padding)
 
-        # 1. PRM forward, before any update of this step. It comes before the reference on purpose:
-        # FSDP2 fixes a parameter's mixed-precision dtypes at its first forward, and a LoRA PRM's
-        # reference forward disables the adapter (peft sets requires_grad=False on it), so a first
-        # forward in that state would leave bf16 gradients for fp32 adapter weights (torch refuses).
-        with marked_timer("prm_forward", timing):
-            prm_lp = self.prm.log_probs(batch)
+        # 1. the PRM's log-probs before this step's update: from the update's own first forward where that is
+        # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
+        # before the reference on purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first
+        # forward, and a LoRA PRM's reference forward disables the adapter (peft sets requires_grad=False on
+        # it), so a first forward in that state would leave bf16 gradients for fp32 adapter weights.
+        capture = pre_update_from_update(self.config, len(batch), self.prm_dropout)
+        metrics["prm/pre_update_from_update"] = float(capture and self.prime.prm.pre_update_log_probs != "check")
+        prm_lp = None
+        if not capture or self.prime.prm.pre_update_log_probs == "check":
+            with marked_timer("prm_forward", timing):
+                prm_lp = self.prm.log_probs(batch)
 
         # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
         with marked_timer("prm_ref", timing):
@@ -324,6 +351,8 @@ class PrimeTrainerMixin:
             PRM_LABEL_FIELD: nested_rows(labels, lengths),
             PRM_WEIGHT_FIELD: nested_rows(weights, lengths),
         }
+        if capture:
+            prm_fields[PRM_ROW_FIELD] = nested_rows(torch.arange(len(lengths), dtype=torch.float32), lengths)
         tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(prm_fields, batch_size=len(batch))
         )
@@ -338,16 +367,25 @@ class PrimeTrainerMixin:
         ref_pad = pad_nested(ref_lp, width).float()
         uid = data.non_tensor_batch["uid"]
 
-        prm_before = pad_nested(prm_lp, width).float()
-        prm_used = prm_before
-        update_metrics = {}
-        # 3. PRM update per mode; `before` recomputes the rewards with the updated PRM
+        prm_before = None if prm_lp is None else pad_nested(prm_lp, width).float()
+        prm_used, update_metrics = None, {}
+        # 3. PRM update per mode (the pre-update log-probs from its first forward when `capture`);
+        # `before` recomputes the rewards with the updated PRM
         if self.prime.prm.update != "none":
             with marked_timer("prm_update", timing):
-                update_metrics = self.prm.update(batch)
+                update_metrics, captured = self.prm.update(batch, capture=capture)
+            if capture:
+                from_update = assemble_captured_log_probs(captured, lengths, width)
+                if prm_before is None:
+                    prm_before = from_update
+                else:  # `check`: the separate forward's are used
+                    gap = ((from_update - prm_before).abs() * mask).max()
+                    metrics["prm/pre_update_log_prob_max_abs_diff"] = gap.item()
             if self.prime.prm.update == "before":
                 with marked_timer("prm_forward_updated", timing):
                     prm_used = pad_nested(self.prm.log_probs(batch), width).float()
+        if prm_used is None:
+            prm_used = prm_before
 
         # 4. token process rewards r = β·(log π_φ − log π_ref)·m, and the PRM metrics
         process_rewards, prm_metrics = prm_rewards_and_metrics(

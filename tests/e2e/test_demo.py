@@ -27,6 +27,7 @@ run (0.54 in the 30-step demo); see README, "The main job".
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,9 @@ PRM_SERIES = ("prm/ce_loss", "prm/classification_acc", "prm/dpo_acc", "prm/updat
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, warm_assets):
     out = tmp_path_factory.mktemp("demo")
+    shutil.copytree(warm_assets["out"], out / "assets")  # the script's own build, made once (conftest.warm_assets)
     env = {
         **os.environ,
         "PYTHON": sys.executable,
@@ -128,6 +130,7 @@ def test_console_is_one_line_per_step(demo):
     assert [int(s) for s in progress] == sorted(steps), console[-3000:]
     assert "before / after" in console and (demo["out"] / "learning.png").stat().st_size > 0
     assert len(console.splitlines()) < len(steps) + 40, console[-3000:]
+    assert "chain_task: reusing" in console  # the session's warm start, copied in: no second SFT
     log = (demo["out"] / "run" / "main_ppo.log").read_text(errors="replace")
     assert "step:1 - " in log  # veRL's own console line is kept in the log
     assert "engine is not available" not in log

@@ -3,23 +3,24 @@
 
 Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 1. `first`: 3 PRIME steps on **two training ranks** (actor and PRM data-parallel over 2 fake GPUs, gloo; two
-   colocated vLLM replicas), PRM update mode `before`, a checkpoint after every step;
+   colocated vLLM replicas), PRM update mode `before`, the PRM's pre-update log-probs both from its update
+   and from a forward of their own (`prime.prm.pre_update_log_probs=check`), a checkpoint after every step;
 2. `resumed`: resumes from `first`'s step-2 checkpoint on two ranks, now **one per node of a two-node Ray
    cluster** started on this machine, and trains step 3 with the PRM frozen (`prime.prm.update=none`),
    checkpointing again.
-3. `lora_prm`: a LoRA PRM (reference = adapter disabled), update mode `after`;
-4. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
+3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync, which the CPU preset
-   selects by itself (no backend override).
-5. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
-6. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
+   selects by itself (no backend override); with a LoRA PRM (reference = adapter disabled), update `after`.
+4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
+5. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
 
-Checked: `prm/*` metrics present and finite; PRM weights change with every update; the LoRA actor
-changes and its checkpoint records dropout 0.05; the resumed run restores the PRM exactly (every rank's
-weights, Adam state and scheduler of step 2) and, frozen, saves them back bit for bit. Runs 3-5 (a large
-actor lr, the peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter
-(colocated), the full weights (colocated), the merged LoRA weights (standalone replica over `cpu_zmq`) —
-and that their checkpoints load into a plain HF (+PEFT) model.
+Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
+taken from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the
+resumed run restores the PRM exactly (every rank's weights, Adam state and scheduler of step 2) and, frozen,
+saves them back bit for bit. Runs 1, 3 and 4 (a large actor lr, the peaky tiny model) also check that each
+update's weights reach vLLM — the LoRA adapter (two colocated replicas), the merged LoRA weights (standalone
+replica over `cpu_zmq`), the full weights (colocated) — and that their checkpoints load into a plain HF
+(+PEFT) model.
 """
 
 import contextlib
@@ -51,7 +52,7 @@ REQUIRED_PRM_METRICS = (
     "prm/process_reward/token_mean",
     "prm/process_reward/seq_mean",
     "timing_s/prm_ref",
-    "timing_s/prm_forward",
+    "prm/pre_update_from_update",
 )
 UPDATE_METRICS = ("prm/grad_norm", "prm/lr", "prm/update_loss", "timing_s/prm_update")
 
@@ -163,9 +164,26 @@ TWO_RANKS = ("trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2", *MIC
 RANKS = 2
 
 
+# Runs that also check the weight sync: the peaky tiny model (conftest.tiny_assets) and an actor lr at which
+# one update moves the policy far (LoRA: one Adam step of 0.5 on a rank-8 adapter, KL ~ 5 nats).
+LORA_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.5"
+FULL_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.05"
+
+
 @pytest.fixture(scope="module")
-def first(workdir, assets):
-    return _run(workdir, assets, "first", "prime.prm.update=before", *TWO_RANKS)
+def first(workdir, tiny_assets):
+    """PRIME on two data-parallel ranks, `before` mode; the PRM's pre-update log-probs both from its update's
+    first forward and from a forward of their own (`check`), the latter used. The LoRA adapter of each update
+    reaches both colocated vLLM replicas."""
+    return _run(
+        workdir,
+        tiny_assets,
+        "first",
+        "prime.prm.update=before",
+        "prime.prm.pre_update_log_probs=check",
+        LORA_SYNC_LR,
+        *TWO_RANKS,
+    )
 
 
 # Ray's token authentication would need its token on every node and in the driver; a cluster on one machine
@@ -214,15 +232,16 @@ def two_node_cluster():
 
 
 @pytest.fixture(scope="module")
-def resumed(workdir, assets, first):
+def resumed(workdir, tiny_assets, first):
     """`first`'s step-2 checkpoint resumed on two ranks again, now one on each node of a two-node Ray cluster
     (trainer.nnodes=2): the actor's and the PRM's ranks, and a colocated vLLM replica each, span both nodes."""
     with two_node_cluster() as cluster:
         return _run(
             workdir,
-            assets,
+            tiny_assets,
             "resumed",
             "prime.prm.update=none",
+            LORA_SYNC_LR,
             "trainer.resume_mode=resume_path",
             f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
             *MICRO_BATCHES_OF_4,
@@ -246,6 +265,15 @@ def test_three_prime_steps_log_finite_prm_metrics(first):
     # the PRM starts equal to its reference: z = 0, BCE = ln 2, before the first update
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[0]["prm/lr"] == pytest.approx(1e-4)
+
+
+def test_pre_update_log_probs_from_the_update_equal_a_forward_of_their_own(first):
+    # the rows' first forward in the update (train mode, two ranks, micro-batches of the update's size) gives
+    # the PRM's log-probs of a separate forward (eval mode, log-prob micro-batches), up to fp32 rounding
+    for step in first["steps"]:
+        assert step["prm/pre_update_log_prob_max_abs_diff"] < 1e-4
+        assert step["prm/pre_update_from_update"] == 0.0  # `check` uses the separate forward's
+        assert "timing_s/prm_forward" in step
 
 
 def test_prm_weights_change_with_each_update(first):
@@ -285,41 +313,18 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
     assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
 
 
-# Runs that also check the weight sync: the peaky tiny model (conftest.tiny_assets) and an actor lr at which
-# one update moves the policy far (LoRA: one Adam step of 0.5 on a rank-8 adapter, KL ~ 5 nats).
-LORA_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.5"
-FULL_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.05"
-
-
-@pytest.fixture(scope="module")
-def lora_prm(workdir, tiny_assets):
-    """A LoRA PRM (reference = its adapter disabled), update mode `after`, 2 steps; the LoRA actor's adapter
-    reaches the colocated vLLM."""
-    return _run(
-        workdir,
-        tiny_assets,
-        "lora_prm",
-        "prime.prm.model.lora_rank=8",
-        "prime.prm.model.lora_alpha=16",
-        "prime.prm.update=after",
-        "prime.prm.optim.lr=1e-3",
-        LORA_SYNC_LR,
-        "trainer.total_training_steps=2",
-    )
-
-
-def test_lora_actor_adapter_reaches_the_colocated_vllm(lora_prm, tiny_assets):
-    assert_trained_weights_reached_vllm(lora_prm, tiny_assets, lora=True)
-    assert (lora_prm["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    model = load_actor(lora_prm["ckpt"] / "global_step_2", lora=True)  # loads strictly into HF + PEFT
+def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_assets):
+    assert_trained_weights_reached_vllm(first, tiny_assets, lora=True, world_size=RANKS)
+    assert (first["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    model = load_actor(first["ckpt"] / "global_step_3", lora=True, world_size=RANKS)  # strictly into HF + PEFT
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 7, 9]])).logits).all()
 
 
-def test_lora_prm_trains_its_adapter_only(lora_prm, tiny_assets):
-    steps = lora_prm["steps"]
-    _assert_prm_metrics(steps, 2)
+def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
+    steps = split["steps"]
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
-    state = _prm(lora_prm["ckpt"], 2)
+    assert all(step["prm/pre_update_from_update"] == 0.0 for step in steps)  # a LoRA PRM's forward of its own
+    state = _prm(split["ckpt"], 2)
     lora_b = [k for k in state if "lora_B" in k]
     assert lora_b and any(state[k].abs().sum() > 0 for k in lora_b)  # B starts at 0: the adapter learned
     from safetensors.torch import load_file
@@ -338,6 +343,10 @@ def split(workdir, tiny_assets):
         "split",
         "ray_kwargs.ray_init.num_gpus=2",  # trainer pool (actor + PRM) 1 + standalone vLLM 1
         LORA_SYNC_LR,
+        "prime.prm.model.lora_rank=8",
+        "prime.prm.model.lora_alpha=16",
+        "prime.prm.update=after",
+        "prime.prm.optim.lr=1e-3",
         # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
         # rollout/actor agreement tests the sync rather than staleness
         "trainer.v1.separate_async.num_warmup_batches=0",
@@ -382,6 +391,9 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[1]["prm/process_reward/token_max"] != 0.0
+    # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
+    for step in steps:
+        assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,21 @@
+"""Fixtures shared by the unit and the end-to-end tests."""
+
+import contextlib
+import io
+
+import pytest
+
+from verl_prime_lora import chain_task
+
+
+@pytest.fixture(scope="session")
+def warm_assets(tmp_path_factory) -> dict:
+    """The main job's warm start and RL data, built once per test session with the demo's arguments (seed 0,
+    the defaults): `chain_task.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the
+    build printed). tests/test_chain_task.py checks the build; tests/e2e/test_demo.py hands a copy to the
+    demo script, which finds it complete and reuses it (about a minute of SFT saved)."""
+    out = tmp_path_factory.mktemp("warm") / "assets"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = chain_task.write_warm_assets(out, seed=0)
+    return {**result, "out": out, "printed": printed.getvalue()}
