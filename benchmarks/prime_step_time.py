@@ -134,13 +134,19 @@ def pass_counts(overrides: list[str]) -> dict:
     from verl_prime_lora.config_checks import step_batch_rows
     from verl_prime_lora.preflight.compose_and_check import compose_config
     from verl_prime_lora.prime_config import prime_config
-    from verl_prime_lora.prm_worker import model_dropout
+    from verl_prime_lora.prm_worker import model_dropout, prm_is_lora
     from verl_prime_lora.trainer import pre_update_from_update, prm_passes, reference_source
 
     config = compose_config(overrides)
     prm = prime_config(config).prm
     reference = reference_source(config, use_reference_policy=need_reference_policy(config))
-    from_update = pre_update_from_update(config, step_batch_rows(config)[0], model_dropout(config.prime.prm.model))
+    from_update = pre_update_from_update(
+        prm,
+        prm_is_lora(config.prime.prm),
+        model_dropout(config.prime.prm.model),
+        step_batch_rows(config)[0],
+        int(config.actor_rollout_ref.rollout.n),
+    )
     today, minimum = prm_passes(prm.update, reference, prm.epochs, from_update)
     return {
         "update": prm.update,

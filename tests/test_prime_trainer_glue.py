@@ -472,6 +472,15 @@ def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, i
     assert update_forward_is_pre_update(prm, is_lora, dropout, rows, n=2) is exact
 
 
+@pytest.mark.parametrize("source, taken", [("from_update", True), ("check", True), ("forward", False)])
+def test_pre_update_source_picks_the_update_only_where_exact(source, taken):
+    from verl_prime_lora.trainer import pre_update_from_update
+
+    prm = PrmConfig(update="after", mini_batch_size=8, pre_update_log_probs=source)
+    assert pre_update_from_update(prm, False, 0.0, 16, n=2) is taken
+    assert not pre_update_from_update(prm, False, 0.0, 32, n=2)  # never where it is not exact
+
+
 def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
     model = OmegaConf.create({"path": tiny_model, "override_config": {}})
     assert model_dropout(model) == 0.0  # Qwen2: attention_dropout 0

@@ -59,7 +59,7 @@ from verl_prime_lora.core_algos import (
     prm_sequence_logits,
     process_gate_weight,
 )
-from verl_prime_lora.prime_config import advantage_config, prime_config
+from verl_prime_lora.prime_config import PrmConfig, advantage_config, prime_config
 from verl_prime_lora.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -149,15 +149,11 @@ def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool =
     return today, minimum
 
 
-def pre_update_from_update(config: DictConfig, batch_rows: int, dropout: float) -> bool:
+def pre_update_from_update(prm: PrmConfig, is_lora: bool, dropout: float, batch_rows: int, n: int) -> bool:
     """Whether a step of `batch_rows` responses takes the PRM's pre-update log-probs from its update's first
     forward (`prime.prm.pre_update_log_probs` from_update or check, and exact:
-    `prm_worker.update_forward_is_pre_update`); `dropout`: `prm_worker.model_dropout` of the PRM."""
-    prm = prime_config(config).prm
-    if prm.pre_update_log_probs == "forward":
-        return False
-    n = int(config.actor_rollout_ref.rollout.n)
-    return update_forward_is_pre_update(prm, prm_is_lora(config.prime.prm), dropout, batch_rows, n)
+    `prm_worker.update_forward_is_pre_update`, whose arguments these are)."""
+    return prm.pre_update_log_probs != "forward" and update_forward_is_pre_update(prm, is_lora, dropout, batch_rows, n)
 
 
 def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
@@ -236,7 +232,7 @@ class PrimeTrainerMixin:
             self.prime.prm.update,
             self.prm_reference,
             self.prime.prm.epochs,
-            from_update=pre_update_from_update(self.config, step_batch_rows(self.config)[0], self.prm_dropout),
+            from_update=self._pre_update_from_update(step_batch_rows(self.config)[0]),
         )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
@@ -247,6 +243,10 @@ class PrimeTrainerMixin:
             today,
             minimum,
         )
+
+    def _pre_update_from_update(self, batch_rows: int) -> bool:
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        return pre_update_from_update(self.prime.prm, self.prm.is_lora, self.prm_dropout, batch_rows, n)
 
     def _load_checkpoint(self):
         if self.prm is None:
@@ -326,7 +326,7 @@ class PrimeTrainerMixin:
         # before the reference on purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first
         # forward, and a LoRA PRM's reference forward disables the adapter (peft sets requires_grad=False on
         # it), so a first forward in that state would leave bf16 gradients for fp32 adapter weights.
-        capture = pre_update_from_update(self.config, len(batch), self.prm_dropout)
+        capture = self._pre_update_from_update(len(batch))
         metrics["prm/pre_update_from_update"] = float(capture and self.prime.prm.pre_update_log_probs != "check")
         prm_lp = None
         if not capture or self.prime.prm.pre_update_log_probs == "check":
