@@ -244,8 +244,10 @@ CANARIES = [
     Canary(
         f"{FSDP}._build_fsdp_module",
         "e14aeb4d684e77cd",
-        "verl_prime_lora/cpu/patches.py: unpinned_offload_for_forward_only_engines",
-        "CPUOffloadPolicy(pin_memory=True) is still looked up as the transformer_impl module global",
+        "verl_prime_lora/cpu/patches.py: unpinned_offload_for_forward_only_engines; recipe/cpu.yaml and "
+        "recipe/prime_lora.yaml: the compute precision of the actor, reference and PRM engines",
+        "CPUOffloadPolicy(pin_memory=True) is still looked up as the transformer_impl module global; the compute "
+        "dtype is still `mixed_precision.param_dtype` (bf16 when unset), and `dtype` is still not read",
     ),
     Canary(
         "verl.plugin.platform.platform_manager:_detect_platform_name",

@@ -9,10 +9,13 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    cluster** started on this machine, and trains step 3 with the PRM frozen (`prime.prm.update=none`),
    checkpointing again.
 3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
-   LoRA) with the CPU platform's two fake GPUs and its `cpu_zmq` weight sync, which the CPU preset
-   selects by itself (no backend override); with a LoRA PRM (reference = adapter disabled), update `after`.
+   LoRA), on a two-node Ray cluster: training (actor + PRM) on one node, the standalone vLLM replica on the
+   other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
+   override); with a LoRA PRM (reference = adapter disabled), update `after`.
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
 5. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
+6. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
+   and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
 taken from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the
@@ -231,6 +234,20 @@ def two_node_cluster():
             current.unlink()
 
 
+def _on_cluster(address: str, metrics_path: Path) -> list[str]:
+    """The overrides that run main_ppo on the running Ray cluster at `address`."""
+    return [
+        f"+ray_kwargs.ray_init.address={address}",
+        # resources come from the running cluster: ray.init refuses them when it connects to one
+        "ray_kwargs.ray_init.num_gpus=null",
+        "ray_kwargs.ray_init.num_cpus=null",
+        "ray_kwargs.ray_init.include_dashboard=null",
+        # the TaskRunner is a worker of the running cluster, whose environment is the raylets', not the
+        # driver's: the variables it needs travel in the job's runtime_env (so on a real cluster too)
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={metrics_path}",
+    ]
+
+
 @pytest.fixture(scope="module")
 def resumed(workdir, tiny_assets, first):
     """`first`'s step-2 checkpoint resumed on two ranks again, now one on each node of a two-node Ray cluster
@@ -245,16 +262,9 @@ def resumed(workdir, tiny_assets, first):
             "trainer.resume_mode=resume_path",
             f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
             *MICRO_BATCHES_OF_4,
-            f"+ray_kwargs.ray_init.address={cluster}",
             "trainer.nnodes=2",
             "trainer.n_gpus_per_node=1",
-            # resources come from the running cluster: ray.init refuses them when it connects to one
-            "ray_kwargs.ray_init.num_gpus=null",
-            "ray_kwargs.ray_init.num_cpus=null",
-            "ray_kwargs.ray_init.include_dashboard=null",
-            # the TaskRunner is a worker of the running cluster, whose environment is the raylets', not the
-            # driver's: the variables it needs travel in the job's runtime_env (so on a real cluster too)
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={workdir / 'resumed.jsonl'}",
+            *_on_cluster(cluster, workdir / "resumed.jsonl"),
             env=CLUSTER_ENV,
         )
 
@@ -337,23 +347,28 @@ def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
 
 @pytest.fixture(scope="module")
 def split(workdir, tiny_assets):
-    return _run(
-        workdir,
-        tiny_assets,
-        "split",
-        "ray_kwargs.ray_init.num_gpus=2",  # trainer pool (actor + PRM) 1 + standalone vLLM 1
-        LORA_SYNC_LR,
-        "prime.prm.model.lora_rank=8",
-        "prime.prm.model.lora_alpha=16",
-        "prime.prm.update=after",
-        "prime.prm.optim.lr=1e-3",
-        # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
-        # rollout/actor agreement tests the sync rather than staleness
-        "trainer.v1.separate_async.num_warmup_batches=0",
-        "trainer.total_training_steps=3",
-        "trainer.save_freq=1",
-        recipe="prime_lora",
-    )
+    """The split recipe on a two-node Ray cluster of one GPU per node: its trainer pool (actor + PRM, 1 GPU) and
+    its standalone rollout pool (vLLM, 1 GPU) each take a whole node, so training runs on one node, rollout
+    on the other, and every weight update crosses between them (`cpu_zmq` over TCP)."""
+    with two_node_cluster() as cluster:
+        return _run(
+            workdir,
+            tiny_assets,
+            "split",
+            LORA_SYNC_LR,
+            "prime.prm.model.lora_rank=8",
+            "prime.prm.model.lora_alpha=16",
+            "prime.prm.update=after",
+            "prime.prm.optim.lr=1e-3",
+            # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
+            # rollout/actor agreement tests the sync rather than staleness
+            "trainer.v1.separate_async.num_warmup_batches=0",
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=1",
+            *_on_cluster(cluster, workdir / "split.jsonl"),
+            recipe="prime_lora",
+            env=CLUSTER_ENV,
+        )
 
 
 def test_split_prime_trainer_runs(split):
@@ -364,6 +379,66 @@ def test_split_prime_trainer_runs(split):
 
 def test_merged_lora_weights_reach_the_standalone_replica(split, tiny_assets):
     assert_trained_weights_reached_vllm(split, tiny_assets, lora=True)
+
+
+# One PRM update on one training rank and on two, from the same rollouts: veRL's sync trainer takes the same
+# first 4 prompts, and vLLM samples greedily (top_k=1; one replica per rank, each as deterministic as the
+# other), n=2: 8 responses, which veRL's balancing orders by length for one rank or for two. The PRM's
+# mini-batch (4 prompts = 8 rows) is the whole step, cut into micro-batches of 4 rows: two on one rank, one on
+# each of two. (A batch that veRL pads on two ranks but not on one always spans several PRM mini-batches,
+# whose rows then differ by layout, as the actor's do: the padding rows' share of the loss is pinned by the
+# unit test on `prm_loss` instead.)
+RANK_PAIR = (
+    "actor_rollout_ref.rollout.top_k=1",
+    *MICRO_BATCHES_OF_4,
+    "prime.prm.micro_batch_size_per_gpu=4",
+    "prime.prm.infer_micro_batch_size_per_gpu=4",
+    "trainer.total_training_steps=1",
+)
+
+
+def _rank_pair_run(workdir, assets, ranks: int) -> dict:
+    name = f"prm_on_{ranks}_ranks"
+    run = _run(
+        workdir,
+        assets,
+        name,
+        *RANK_PAIR,
+        f"trainer.n_gpus_per_node={ranks}",
+        f"ray_kwargs.ray_init.num_gpus={ranks}",
+        f"trainer.rollout_data_dir={workdir / name / 'rollouts'}",
+    )
+    dump = (workdir / name / "rollouts" / "1.jsonl").read_text().splitlines()
+    run["rollouts"] = sorted((row["input"], row["output"]) for row in map(json.loads, dump))
+    # Adam's first moment after one step is (1 - β1)·g: the PRM's (clipped) gradient, by parameter, every rank's
+    # Shard(0) concatenated
+    folder = run["ckpt"] / "global_step_1" / "prm"
+    shards = [_state(folder / f"optim_world_size_{ranks}_rank_{rank}.pt")["state"] for rank in range(ranks)]
+    run["prm_grad"] = torch.cat([torch.cat([shard[p]["exp_avg"] for shard in shards]).flatten() for p in shards[0]])
+    return run
+
+
+@pytest.fixture(scope="module")
+def prm_on_one_rank(workdir, tiny_assets):
+    return _rank_pair_run(workdir, tiny_assets, 1)
+
+
+@pytest.fixture(scope="module")
+def prm_on_two_ranks(workdir, tiny_assets):
+    return _rank_pair_run(workdir, tiny_assets, 2)
+
+
+def test_prm_update_on_two_ranks_equals_the_update_on_one(prm_on_one_rank, prm_on_two_ranks):
+    one, two = prm_on_one_rank, prm_on_two_ranks
+    assert len(one["rollouts"]) == 8 and one["rollouts"] == two["rollouts"], "the two runs sampled differently"
+    (a,), (b,) = one["steps"], two["steps"]
+    assert a["prm/pre_update_from_update"] == b["prm/pre_update_from_update"] == 1.0
+    for key in ("prm/ce_loss", "prm/update_loss", "prm/grad_norm", "prm/label_mean", "prm/dpo_acc"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+    assert a["prm/grad_norm"] > 0
+    # fp32 compute: the same gradient up to summation order (measured 3.5e-7; bf16 compute gave 2.7e-3)
+    g1, g2 = one["prm_grad"], two["prm_grad"]
+    assert (g1 - g2).norm() <= 1e-4 * g1.norm(), ((g1 - g2).norm() / g1.norm()).item()
 
 
 @pytest.fixture(scope="module")
