@@ -594,11 +594,12 @@ def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
     wc = build_prm_worker_config(cfg.prime.prm, total_training_steps=11)
     assert wc.model_type == "language_model"
     assert wc.model_config.path == tiny_model and wc.model_config.lora_rank == 0
-    # the seed recipe: fp32 master weights, bf16 compute; the CPU preset computes in fp32 as well
-    assert (wc.engine_config.model_dtype, wc.engine_config.dtype) == ("fp32", "float32")
+    # the seed recipe: fp32 master weights, bf16 compute; the CPU preset computes in fp32 as well. veRL's FSDP
+    # engine computes in `mixed_precision.param_dtype` (bf16 when unset) and does not read `dtype`.
+    assert (wc.engine_config.model_dtype, wc.engine_config.mixed_precision["param_dtype"]) == ("fp32", "fp32")
     seed_cfg = compose_ppo("+recipe=prime_lora_colocated", f"actor_rollout_ref.model.path={tiny_model}")
     seed = build_prm_worker_config(seed_cfg.prime.prm, total_training_steps=11)
-    assert (seed.engine_config.model_dtype, seed.engine_config.dtype) == ("fp32", "bfloat16")
+    assert (seed.engine_config.model_dtype, seed.engine_config.mixed_precision["param_dtype"]) == ("fp32", "bf16")
     assert wc.engine_config.strategy == "fsdp2" and not wc.engine_config.forward_only
     assert wc.engine_config.micro_batch_size_per_gpu == 2 and wc.engine_config.infer_micro_batch_size_per_gpu == 4
     assert wc.optimizer_config.lr == pytest.approx(3e-6) and wc.optimizer_config.total_training_steps == 11

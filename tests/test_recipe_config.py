@@ -109,23 +109,15 @@ def test_import_verl_alone_registers_the_plugin(tmp_path):
     assert found["recipe_adv_estimator"] == "prime_grpo" and not found["stray_recipe_key"], hint
 
 
-@pytest.mark.parametrize(
-    "recipes, compute", [("[prime_lora,cpu]", "fp32"), ("[prime_lora_colocated,cpu]", "fp32"), ("prime_lora", "bf16")]
-)
-def test_engines_compute_in_the_recipes_precision(recipes, compute):
-    """veRL's FSDP engine computes in `mixed_precision.param_dtype` (bf16 when unset; it ignores `dtype`):
-    the CPU preset sets fp32 for the actor, its reference and the PRM (as vLLM samples), the seed bf16 for the
-    PRM with fp32 master weights. The PRM's section read as the PRM worker reads it (veRL's dataclass)."""
-    from verl.utils.config import omega_conf_to_dataclass
-
+@pytest.mark.parametrize("recipes", ["[prime_lora,cpu]", "[prime_lora_colocated,cpu]"])
+def test_cpu_preset_computes_in_fp32_where_verl_reads_it(recipes):
+    """veRL's FSDP engine computes in `mixed_precision.param_dtype` (bf16 when unset; it ignores `dtype`): the
+    CPU preset sets fp32 there for the actor and its reference, as vLLM samples (the PRM's:
+    tests/test_prime_trainer_glue.py::test_prm_worker_config_fp32_master_bf16_compute)."""
     cfg = compose_ppo(f"+recipe={recipes}")
-    prm_engine = omega_conf_to_dataclass(cfg.prime.prm.engine)
-    assert prm_engine.mixed_precision["param_dtype"] == compute
-    assert prm_engine.model_dtype == "fp32"
-    if compute == "fp32":
-        for role in ("actor", "ref"):
-            assert cfg.actor_rollout_ref[role].fsdp_config.mixed_precision.param_dtype == "fp32", role
-        assert cfg.actor_rollout_ref.rollout.dtype == "float32"
+    for role in ("actor", "ref"):
+        assert cfg.actor_rollout_ref[role].fsdp_config.mixed_precision.param_dtype == "fp32", role
+    assert cfg.actor_rollout_ref.rollout.dtype == "float32"
 
 
 @pytest.mark.parametrize(
