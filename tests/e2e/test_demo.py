@@ -21,7 +21,7 @@ update) so that only the PRM learns, as it would on the demo's first steps if th
   `prm/dpo_acc_before_mixed`, before its update, averages at least 0.55 over steps 2–8; chance is ½),
   and the process gate opens.
 Not checked, because it does not hold reliably: `prm/dpo_acc` above 0.6 over the last 5 steps of the
-learning run (0.646, 0.667, 0.647 and 0.570 over steps 6–10 of four runs); see README, "The main job".
+learning run (0.646, 0.667, 0.647, 0.570 and 0.665 over steps 6–10 of five runs); see README, "The main job".
 """
 
 import json
