@@ -27,7 +27,7 @@ smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

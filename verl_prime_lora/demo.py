@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 from verl_prime_lora import chain_task
-from verl_prime_lora.learning_run import ESTIMATORS, LearningRun, plot_runs, run_learning, summarize
+from verl_prime_lora.learning_run import DEMO_RECIPES, ESTIMATORS, LearningRun, plot_runs, run_learning, summarize
 
-DEFAULT_STEPS = 30
+DEFAULT_STEPS = 20
 DEFAULT_TEST_FREQ = 5
 
 
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimator", choices=sorted(ESTIMATORS), default="prime_grpo")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the warm start and the run")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds before the run is killed")
+    parser.add_argument(
+        "--recipes",
+        default=",".join(DEMO_RECIPES),
+        help="the +recipe=[...] list (without the prompt filter: prime_lora_colocated,cpu)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for main_ppo, after --")
     args = parser.parse_args(argv)
     out = args.out.resolve()  # Ray workers do not share our working directory
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides=args.overrides,
         seed=args.seed,
         timeout_s=args.timeout,
+        recipes=tuple(args.recipes.split(",")),
     )
     if run.returncode != 0:
         print(f"main_ppo exited {run.returncode}; last lines of {run.log}:\n{run.tail()}", file=sys.stderr)

@@ -13,8 +13,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
    override); with a LoRA PRM (reference = adapter disabled), update `after`.
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
-5. `filtered`: with `+recipe=[…,prompt_filter]`: only groups inside the accuracy band are trained.
-6. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
+5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
@@ -43,7 +42,6 @@ import torch
 from loop_runs import LORA_ALPHA, LORA_RANK, assert_trained_weights_reached_vllm, load_actor
 
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS, RUN_MARKER, kill_run
-from verl_prime_lora.tiny import write_assets
 
 pytestmark = pytest.mark.e2e
 
@@ -150,11 +148,6 @@ def _assert_same(a, b, where=""):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("prime_e2e")
-
-
-@pytest.fixture(scope="module")
-def assets(workdir):
-    return write_assets(workdir / "assets")
 
 
 # Two training ranks (fake GPUs): cpu.yaml's micro-batches of 8 fit one rank's share of 8 responses, not
@@ -469,29 +462,3 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
     for step in steps:
         assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
-
-
-@pytest.fixture(scope="module")
-def filtered(workdir, assets):
-    """PRIME with the accuracy-band prompt filter in veRL's real replay buffer (n = 2: only groups
-    with exactly one correct response, mean accuracy 0.5, are inside [0.2, 0.8])."""
-    return _run(
-        workdir,
-        assets,
-        "filtered",
-        "trainer.v1.sampler.sampler_kwargs.drop_truncated=false",  # the random model rarely stops early
-        "trainer.total_training_steps=2",
-        "trainer.save_freq=-1",
-        recipe="prime_lora_colocated,prompt_filter",
-    )
-
-
-def test_prompt_filter_trains_only_in_band_groups(filtered):
-    steps = filtered["steps"]
-    assert len(steps) == 2
-    for step in steps:
-        assert 0 < step["training/prompt_filter/kept_ratio"] <= 1
-        assert step["training/prompt_filter/evicted_truncated"] == 0
-        # every trained group has one correct and one wrong response: the PRM's labels average 1/2
-        assert step["prm/label_mean"] == pytest.approx(0.5)
-        assert math.isfinite(step["prm/ce_loss"])
