@@ -7,7 +7,7 @@
 #
 #   examples/run_cpu_demo.sh [OUT_DIR] [extra Hydra overrides...]
 #
-# Env: PYTHON (default python), STEPS (default 20), ESTIMATOR (default prime_grpo; grpo, prime_grpo_token,
+# Env: PYTHON (default python), STEPS (default 15), ESTIMATOR (default prime_grpo; grpo, prime_grpo_token,
 # prime_rloo), TIMEOUT_S (default 1200).
 set -euo pipefail
 
@@ -15,5 +15,5 @@ OUT_DIR=${1:-demo_out}
 shift || true
 PYTHON=${PYTHON:-python}
 
-exec "$PYTHON" -m verl_prime_lora.demo --out "$OUT_DIR" --steps "${STEPS:-20}" \
+exec "$PYTHON" -m verl_prime_lora.demo --out "$OUT_DIR" --steps "${STEPS:-15}" \
   --estimator "${ESTIMATOR:-prime_grpo}" --timeout "${TIMEOUT_S:-1200}" -- "$@"

@@ -62,9 +62,9 @@ DEMO_OVERRIDES = [
     # wrong answers it still samples (prm/policy_dpo_acc_mixed < ½), leaks into z and inverts the ranking.
     "prime.prm.reference=policy",
     "prime.prm.optim.lr=5e-5",
-    # Two passes over each batch (`update: before`: the rewards come from the PRM after both): the PRM ranked
+    # Three passes over each batch (`update: before`: the rewards come from the PRM after them): the PRM ranked
     # right above wrong better than with one pass or a 4x larger lr (README, "The main job").
-    "prime.prm.epochs=2",
+    "prime.prm.epochs=3",
     "prime.prm.balance_labels=true",  # 13 % of the warm start's samples are right: keep the base rate out of z
     "prime.prm.micro_batch_size_per_gpu=64",
     "prime.prm.infer_micro_batch_size_per_gpu=64",
@@ -72,6 +72,11 @@ DEMO_OVERRIDES = [
     "trainer.save_freq=-1",
 ]
 RUN_ENV = {"WANDB_SILENT": "true", "WANDB_CONSOLE": "off", "WANDB_X_DISABLE_STATS": "true"}
+
+
+def print_now(line: str) -> None:
+    """print, flushed: progress lines appear as they come when stdout is a file or a pipe."""
+    print(line, flush=True)
 
 
 @dataclass
@@ -168,12 +173,12 @@ def run_learning(
     seed: int = 0,
     timeout_s: float = 1200.0,
     env: dict[str, str] | None = None,
-    echo: Callable[[str], None] | None = print,
+    echo: Callable[[str], None] | None = print_now,
     recipes: tuple[str, ...] = DEMO_RECIPES,
 ) -> LearningRun:
     """One real `main_ppo` learning run of estimator `name` (a key of `ESTIMATORS`) on `assets`.
 
-    `overrides` come last (they win); `echo` receives one progress line per logged step (None: quiet);
+    `overrides` come last (they win); `echo` receives one progress line per logged step as it is logged (None: quiet);
     `recipes`: the `+recipe=[...]` list.
     """
     workdir.mkdir(parents=True, exist_ok=True)
