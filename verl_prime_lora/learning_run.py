@@ -38,7 +38,7 @@ ESTIMATORS: dict[str, list[str]] = {
 # trained on, and veRL's replay buffer generates replacements), then the CPU preset, which must come last.
 # With the filter every trained group holds a right and a wrong answer: the PRM learns from a contrast within
 # each prompt, and its pairwise accuracy counts every group (a group with one label only counts ½ in
-# `prm/dpo_acc`). It costs about 1.6x the rollouts per step while few prompts are in the band.
+# `prm/dpo_acc`). Its steps take 1.6-2x as long: vLLM generates replacements while few prompts are in the band.
 DEMO_RECIPES = ("prime_lora_colocated", "prompt_filter", "cpu")
 # The rest of the setting, sized for the tiny model.
 DEMO_OVERRIDES = [
