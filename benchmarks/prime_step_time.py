@@ -106,17 +106,19 @@ def run(name: str, overrides: list[str], workdir: Path, timeout_s: float) -> dic
 
 
 def summarise(result: dict) -> dict:
+    """Medians over the steps after the first (warm-up; all steps when there is one). A phase that a step
+    did not run counts 0 s in it: a LoRA PRM's separate pre-update forward runs on a process's first step
+    only, and its step-1 time must not stand for the steps without it."""
     steps = result["steps"]
-    timed = [s["timing_s/step"] for s in steps[1:]] or [s["timing_s/step"] for s in steps]
+    timed = steps[1:] or steps
     out = {
-        "step_s_median": statistics.median(timed),
+        "step_s_median": statistics.median(s["timing_s/step"] for s in timed),
         "n_steps": len(steps),
         "pool_rss_peak_gb": result["pool_rss_peak_gb"],
     }
     phases = ("timing_s/old_log_prob", "timing_s/update_actor")
     for key in sorted({k for s in steps for k in s if k.startswith("timing_s/prm") or k in ("timing_s/adv", *phases)}):
-        values = [s[key] for s in steps[1:] if key in s] or [s[key] for s in steps if key in s]
-        out[key] = statistics.median(values)
+        out[key] = statistics.median(s.get(key, 0.0) for s in timed)
     for key in ("actor/perf/max_memory_allocated_gb", "prm/max_memory_allocated_gb"):
         values = [s[key] for s in steps if key in s]
         if values:
@@ -134,7 +136,7 @@ def pass_counts(overrides: list[str]) -> dict:
     from verl_prime_lora.config_checks import step_batch_rows
     from verl_prime_lora.preflight.compose_and_check import compose_config
     from verl_prime_lora.prime_config import prime_config
-    from verl_prime_lora.prm_worker import model_dropout, prm_is_lora
+    from verl_prime_lora.prm_worker import model_dropout
     from verl_prime_lora.trainer import pre_update_from_update, prm_passes, reference_source
 
     config = compose_config(overrides)
@@ -142,7 +144,6 @@ def pass_counts(overrides: list[str]) -> dict:
     reference = reference_source(config, use_reference_policy=need_reference_policy(config))
     from_update = pre_update_from_update(
         prm,
-        prm_is_lora(config.prime.prm),
         model_dropout(config.prime.prm.model),
         step_batch_rows(config)[0],
         int(config.actor_rollout_ref.rollout.n),

@@ -1,27 +1,23 @@
 """benchmarks/gpu_memory_check.py: the plan is the preflight's own estimate of the seed, and the measuring
 half (run on a lent GPU) still runs, here on CPU on a shrunken plan, so it does not rot between GPU sessions."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 from verl_prime_lora import preflight as pf
 from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_memory_check.py"
+SCRIPT = BENCHMARKS / "gpu_memory_check.py"
 
 
 @pytest.fixture(scope="module")
 def gmc():
-    spec = importlib.util.spec_from_file_location("gpu_memory_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_memory_check")
 
 
 @pytest.fixture(scope="module")

@@ -234,3 +234,53 @@ def test_importing_the_config_imports_neither_verl_nor_torch(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.splitlines()[-1]) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# compute precision: veRL's FSDP engine reads mixed_precision.param_dtype, never `dtype`
+# --------------------------------------------------------------------------------------------------
+
+ENGINES = ["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "prime.prm.engine"]
+
+
+@pytest.mark.parametrize("section", ENGINES)
+@pytest.mark.parametrize("dtype", ["float32", "fp16"])
+def test_a_dtype_the_fsdp_engine_would_not_compute_in_is_refused(section, dtype):
+    config = recipe(f"{section}.dtype={dtype}")
+    with pytest.raises(PrimeConfigError) as err:
+        validate_prime_config(config, check_tokenizers=False)
+    message = str(err.value)
+    assert message.startswith(f"{section}.dtype: is {dtype}"), message
+    assert f"{section}.mixed_precision.param_dtype=" in message  # the key that takes effect
+
+
+@pytest.mark.parametrize("section", ENGINES)
+def test_a_dtype_that_agrees_with_param_dtype_passes(section):
+    validate_prime_config(
+        recipe(f"{section}.dtype=float32", f"++{section}.mixed_precision.param_dtype=fp32"), check_tokenizers=False
+    )
+
+
+@pytest.mark.parametrize("name", ["[prime_lora,cpu]", "[prime_lora_colocated,cpu]", "prime_lora"])
+def test_the_recipes_pass_the_precision_check(name):
+    # the CPU preset computes in fp32 through param_dtype and leaves veRL's bfloat16 `dtype` default alone
+    validate_prime_config(recipe(name=name), check_tokenizers=False)
+
+
+def test_megatron_reads_dtype_and_is_not_checked():
+    config = recipe("actor_rollout_ref.actor.fsdp_config.dtype=float16")
+    config.actor_rollout_ref.actor.fsdp_config.strategy = "megatron"
+    validate_prime_config(config, check_tokenizers=False)
+
+
+@pytest.mark.parametrize(
+    "name, short", [("bf16", "bf16"), ("bfloat16", "bf16"), ("float16", "fp16"), (32, "fp32"), ("fp8", None)]
+)
+def test_precision_names_follow_verl(name, short):
+    from verl.utils.torch_dtypes import PrecisionType
+
+    from verl_prime_lora.config_checks import precision
+
+    assert precision(name) == short
+    if short is not None:
+        assert PrecisionType.to_dtype(name) == PrecisionType.to_dtype(short)

@@ -457,19 +457,18 @@ def test_captured_log_probs_are_put_back_in_row_order(lengths, ranks, micro, epo
 
 
 @pytest.mark.parametrize(
-    "update, is_lora, dropout, rows, exact",
+    "update, dropout, rows, exact",
     [
-        ("after", False, 0.0, 16, True),  # one mini-batch of 8 prompts x 2: its first forward is pre-update
-        ("before", False, 0.0, 16, True),
-        ("after", False, 0.0, 32, False),  # two mini-batches: the second's forward follows an optimizer step
-        ("after", True, 0.0, 16, False),  # a LoRA PRM: adapter dropout in training
-        ("after", False, 0.1, 16, False),  # dropout in the model
-        ("none", False, 0.0, 16, False),  # no update
+        ("after", 0.0, 16, True),  # one mini-batch of 8 prompts x 2: its first forward is pre-update
+        ("before", 0.0, 16, True),
+        ("after", 0.0, 32, False),  # two mini-batches: the second's forward follows an optimizer step
+        ("after", 0.1, 16, False),  # dropout in the model or its LoRA adapter
+        ("none", 0.0, 16, False),  # no update
     ],
 )
-def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, is_lora, dropout, rows, exact):
+def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, dropout, rows, exact):
     prm = PrmConfig(update=update, mini_batch_size=8)
-    assert update_forward_is_pre_update(prm, is_lora, dropout, rows, n=2) is exact
+    assert update_forward_is_pre_update(prm, dropout, rows, n=2) is exact
 
 
 @pytest.mark.parametrize("source, taken", [("from_update", True), ("check", True), ("forward", False)])
@@ -477,8 +476,8 @@ def test_pre_update_source_picks_the_update_only_where_exact(source, taken):
     from verl_prime_lora.trainer import pre_update_from_update
 
     prm = PrmConfig(update="after", mini_batch_size=8, pre_update_log_probs=source)
-    assert pre_update_from_update(prm, False, 0.0, 16, n=2) is taken
-    assert not pre_update_from_update(prm, False, 0.0, 32, n=2)  # never where it is not exact
+    assert pre_update_from_update(prm, 0.0, 16, n=2) is taken
+    assert not pre_update_from_update(prm, 0.0, 32, n=2)  # never where it is not exact
 
 
 def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
@@ -487,6 +486,22 @@ def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
     model.override_config = {"attention_dropout": 0.1}
     assert model_dropout(model) == 0.1
     assert model_dropout(OmegaConf.create({"path": str(tmp_path / "missing")})) == 1.0  # unknown: not 0
+
+
+def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
+    model = OmegaConf.create({"path": tiny_model, "lora_rank": 8})
+    assert model_dropout(model) == 0.0  # veRL's LoraConfig has none; nothing asked for one
+    model.lora = {"dropout": 0.05}  # applied by verl_patches.install_lora_dropout
+    assert model_dropout(model) == 0.05
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_dropout": 0.1}))
+    loaded = OmegaConf.create({"path": tiny_model, "lora_adapter_path": str(adapter)})
+    assert model_dropout(loaded) == 0.1  # peft keeps a loaded adapter's own dropout
+    loaded.lora = {"dropout": 0.02}
+    assert model_dropout(loaded) == 0.02  # ... unless model.lora.dropout replaces it
+    loaded = OmegaConf.create({"path": tiny_model, "lora_adapter_path": str(tmp_path / "hdfs-only")})
+    assert model_dropout(loaded) == 1.0  # unreadable here: unknown, not 0
 
 
 def test_multi_output_sessions_are_refused_before_any_update():

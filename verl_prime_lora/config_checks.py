@@ -152,7 +152,10 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
         )
     check_micro_batches(config, prm_mini, prm)
 
-    # 6. same tokenizer for PRM and policy
+    # 6. the compute precision each FSDP engine is asked for is the one it uses
+    check_compute_dtype(config)
+
+    # 7. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
 
@@ -227,6 +230,50 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
                 f"a whole number of micro-batches: veRL stops at the first {phase} otherwise. "
                 + (f"Pick one of {divisors}" if divisors else "Change the batch sizes")
                 + ", or use dynamic micro-batches (token budgets).",
+            )
+
+
+# The FSDP engines of a PRIME run: the actor, veRL's reference worker and the PRM.
+FSDP_ENGINE_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "prime.prm.engine")
+# veRL's precision names (verl.utils.torch_dtypes.PrecisionType), by the dtype each means.
+_PRECISIONS = {
+    "bf16": ("bf16", "bfloat16"),
+    "fp16": ("fp16", "float16", "16"),
+    "fp32": ("fp32", "float32", "32"),
+}
+
+
+def precision(name: Any) -> str | None:
+    """'bf16' / 'fp16' / 'fp32' for any of veRL's names of that dtype, None for an unknown name."""
+    text = str(name).lower()
+    return next((short for short, names in _PRECISIONS.items() if text in names), None)
+
+
+def check_compute_dtype(config: Any) -> None:
+    """Refuse an FSDP engine `dtype` that asks for a precision the engine will not compute in.
+
+    veRL 0.9.1's FSDP engine computes in `mixed_precision.param_dtype` (bf16 when `mixed_precision` or the
+    key is unset; verl/workers/engine/fsdp/transformer_impl.py:391-403) and never reads the engine's `dtype`,
+    which only the Megatron engine reads; veRL's FSDP config documents `dtype` as the mixed-precision
+    dtype and sets it to bfloat16. So `fsdp_config.dtype=float32` (or float16) left alone would still
+    compute in bf16. A `dtype` other than veRL's bfloat16 default is a request, and it must agree with
+    `param_dtype`; the bfloat16 default is not checked (it cannot be told from an unset key).
+    """
+    for section in FSDP_ENGINE_SECTIONS:
+        engine = _get(config, section)
+        if not isinstance(engine, DictConfig) or str(engine.get("strategy") or "fsdp") not in ("fsdp", "fsdp2"):
+            continue
+        asked = precision(engine.get("dtype", "bfloat16"))
+        if asked in (None, "bf16"):
+            continue
+        param_dtype = (engine.get("mixed_precision") or {}).get("param_dtype", "bf16")
+        if precision(param_dtype) != asked:
+            _fail(
+                f"{section}.dtype",
+                f"is {engine.get('dtype')}, but veRL 0.9.1's FSDP engine never reads it: it computes in "
+                f"{section}.mixed_precision.param_dtype, which is {param_dtype} here (bf16 when unset). Set "
+                f"{section}.mixed_precision.param_dtype={asked} for {asked} compute (and keep reduce_dtype fp32), "
+                f"or drop the dtype override.",
             )
 
 

@@ -22,6 +22,7 @@ not a sampler; veRL divides logits by the rollout temperature only when asked, s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from functools import partial
@@ -140,15 +141,16 @@ def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -
     return out
 
 
-def update_forward_is_pre_update(prm: PrmConfig, is_lora: bool, dropout: float, batch_rows: int, n: int) -> bool:
+def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int) -> bool:
     """Whether the PRM update's first forward of each row gives exactly the pre-update log-probs.
 
     It does when the whole batch is one mini-batch (no optimizer step before any row's first forward), and
-    the training forward computes what the log-prob forward does: no dropout in the model (`dropout`, the
-    largest dropout probability of its config), and a full-parameter PRM (a LoRA PRM's adapter has dropout
-    of its own, and its reference forward, adapter off, must not come first: see the trainer's step 1).
+    the training forward computes what the log-prob forward does: no dropout anywhere in the PRM
+    (`dropout`: `model_dropout`, the model's and, for a LoRA PRM, its adapter's). A LoRA PRM also needs
+    one forward with its adapter on before its first reference forward (see the trainer's step 1), so the
+    trainer makes its process's first step with a forward of its own.
     """
-    return prm.update != "none" and not is_lora and dropout == 0 and batch_rows == prm.mini_batch_size * n
+    return prm.update != "none" and dropout == 0 and batch_rows == prm.mini_batch_size * n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,9 +207,13 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
 
 
 def model_dropout(model_cfg: DictConfig) -> float:
-    """The largest dropout probability in the PRM's Hugging Face config (with `override_config`): a
-    `*dropout*` or `*_pdrop` number. 1.0 when the config cannot be read here (then nothing counts on 0)."""
+    """The largest dropout probability in the PRM: a `*dropout*` or `*_pdrop` number of its Hugging Face
+    config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`, which
+    `verl_patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
+    `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
     from transformers import AutoConfig
+
+    from verl_prime_lora.verl_patches import lora_dropout_from_model_config
 
     try:
         hf_config = AutoConfig.from_pretrained(
@@ -217,7 +223,7 @@ def model_dropout(model_cfg: DictConfig) -> float:
         logger.info("PRM: cannot read %s's config (%s); its dropout is taken as unknown", model_cfg.path, exc)
         return 1.0
     values = {**hf_config.to_dict(), **OmegaConf.to_container(model_cfg.get("override_config") or OmegaConf.create())}
-    return max(
+    model = max(
         (
             float(value)
             for key, value in values.items()
@@ -227,6 +233,20 @@ def model_dropout(model_cfg: DictConfig) -> float:
         ),
         default=0.0,
     )
+    adapter = lora_dropout_from_model_config(model_cfg)
+    if adapter == 0 and model_cfg.get("lora_adapter_path") is not None:
+        adapter = saved_adapter_dropout(str(model_cfg.lora_adapter_path))
+    return max(model, adapter)
+
+
+def saved_adapter_dropout(adapter_path: str) -> float:
+    """`lora_dropout` of a saved peft adapter (its `adapter_config.json`); 1.0 when it cannot be read here."""
+    try:
+        with open(os.path.join(adapter_path, "adapter_config.json")) as f:
+            return float(json.load(f).get("lora_dropout") or 0.0)
+    except (OSError, ValueError) as exc:
+        logger.info("PRM: cannot read %s/adapter_config.json (%s); its dropout is taken as unknown", adapter_path, exc)
+        return 1.0
 
 
 def prm_checkpoint_dir(global_step_folder: str) -> str:

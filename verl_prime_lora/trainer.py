@@ -139,8 +139,9 @@ def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool =
     reference forward unless veRL's ref/old log-probs are reused.
     Minimum: `after` = reference + the forward/backward passes (the first one's forward gives the
     pre-update log-probs); `before` = the same + one forward; `none` = reference + one forward. With
-    `from_update` a step makes the minimum; without (several PRM mini-batches, a LoRA PRM, dropout, or
-    `prime.prm.pre_update_log_probs=forward`) one forward more.
+    `from_update` a step makes the minimum; without (several PRM mini-batches, dropout, or
+    `prime.prm.pre_update_log_probs=forward`) one forward more. A LoRA PRM makes one forward more on the
+    first step of a process only (the trainer's step 1).
     """
     reference_forward = 0 if reference in (REF_ACTOR_REF, REF_POLICY_OLD) else 1
     train = 0 if update == "none" else epochs
@@ -149,11 +150,11 @@ def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool =
     return today, minimum
 
 
-def pre_update_from_update(prm: PrmConfig, is_lora: bool, dropout: float, batch_rows: int, n: int) -> bool:
+def pre_update_from_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int) -> bool:
     """Whether a step of `batch_rows` responses takes the PRM's pre-update log-probs from its update's first
     forward (`prime.prm.pre_update_log_probs` from_update or check, and exact:
     `prm_worker.update_forward_is_pre_update`, whose arguments these are)."""
-    return prm.pre_update_log_probs != "forward" and update_forward_is_pre_update(prm, is_lora, dropout, batch_rows, n)
+    return prm.pre_update_log_probs != "forward" and update_forward_is_pre_update(prm, dropout, batch_rows, n)
 
 
 def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
@@ -228,6 +229,7 @@ class PrimeTrainerMixin:
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
         self.prm_dropout = model_dropout(self.prm.cfg.model)
+        self.prm_adapter_forwarded = False  # a LoRA PRM's first forward in this process (step 1 below) is done
         today, minimum = prm_passes(
             self.prime.prm.update,
             self.prm_reference,
@@ -246,7 +248,7 @@ class PrimeTrainerMixin:
 
     def _pre_update_from_update(self, batch_rows: int) -> bool:
         n = int(self.config.actor_rollout_ref.rollout.n)
-        return pre_update_from_update(self.prime.prm, self.prm.is_lora, self.prm_dropout, batch_rows, n)
+        return pre_update_from_update(self.prime.prm, self.prm_dropout, batch_rows, n)
 
     def _load_checkpoint(self):
         if self.prm is None:
@@ -325,8 +327,11 @@ class PrimeTrainerMixin:
         # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
         # before the reference on purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first
         # forward, and a LoRA PRM's reference forward disables the adapter (peft sets requires_grad=False on
-        # it), so a first forward in that state would leave bf16 gradients for fp32 adapter weights.
-        capture = self._pre_update_from_update(len(batch))
+        # it), so a first forward in that state would leave bf16 gradients for fp32 adapter weights. A LoRA
+        # PRM therefore makes its process's first step with a forward of its own, whatever the mode.
+        first_lora_forward = self.prm.is_lora and not self.prm_adapter_forwarded
+        capture = self._pre_update_from_update(len(batch)) and not first_lora_forward
+        self.prm_adapter_forwarded = True
         metrics["prm/pre_update_from_update"] = float(capture and self.prime.prm.pre_update_log_probs != "check")
         prm_lp = None
         if not capture or self.prime.prm.pre_update_log_probs == "check":

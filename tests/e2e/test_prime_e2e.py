@@ -11,7 +11,8 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA), on a two-node Ray cluster: training (actor + PRM) on one node, the standalone vLLM replica on the
    other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
-   override); with a LoRA PRM (reference = adapter disabled), update `after`.
+   override); with a LoRA PRM (reference = adapter disabled), update `after`, its pre-update log-probs
+   checked like `first`'s from step 2 (step 1 of a process makes a LoRA PRM's forward of its own).
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
 5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
@@ -326,7 +327,13 @@ def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_ass
 def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
     steps = split["steps"]
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
-    assert all(step["prm/pre_update_from_update"] == 0.0 for step in steps)  # a LoRA PRM's forward of its own
+    # the pre-update log-probs: step 1 of a process from a forward of their own (a LoRA PRM's first forward has
+    # its adapter on, before the reference's adapter-off forward); from step 2 also from the update's first
+    # forward, which `check` compares with that forward (and uses the latter)
+    assert "prm/pre_update_log_prob_max_abs_diff" not in steps[0]
+    for step in steps[1:]:
+        assert step["prm/pre_update_log_prob_max_abs_diff"] < 1e-4
+    assert all(step["prm/pre_update_from_update"] == 0.0 for step in steps)
     state = _prm(split["ckpt"], 2)
     lora_b = [k for k in state if "lora_B" in k]
     assert lora_b and any(state[k].abs().sum() > 0 for k in lora_b)  # B starts at 0: the adapter learned
@@ -352,6 +359,7 @@ def split(workdir, tiny_assets):
             "prime.prm.model.lora_rank=8",
             "prime.prm.model.lora_alpha=16",
             "prime.prm.update=after",
+            "prime.prm.pre_update_log_probs=check",
             "prime.prm.optim.lr=1e-3",
             # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
             # rollout/actor agreement tests the sync rather than staleness
