@@ -158,10 +158,10 @@ class PrmConfig(_Section):
         pre_update_log_probs: where the PRM's log-probs before this step's update (the `after` rewards, the
             held-out `prm/dpo_acc_before*`) come from. `from_update`: the update's own first forward, where
             that is exact (`prm_worker.update_forward_is_pre_update`: the step's batch is one PRM mini-batch,
-            no dropout in the PRM or its LoRA adapter; a LoRA PRM's first step in a process excepted),
-            else a forward of their own; `forward`: always a forward of
-            their own; `check`: where `from_update` would take them from the update, both, logging their
-            largest difference (`prm/pre_update_log_prob_max_abs_diff`) and using the separate forward's.
+            no dropout in the PRM or its LoRA adapter; a LoRA PRM's first step in a process excepted), else
+            a forward of their own; `forward`: always a forward of their own; `check`: where `from_update`
+            would take them from the update, both, logging their largest difference
+            (`prm/pre_update_log_prob_max_abs_diff`) and using the separate forward's.
     """
 
     KEY: ClassVar[str] = "prime.prm"
