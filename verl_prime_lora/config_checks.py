@@ -236,7 +236,7 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
 # The FSDP engines of a PRIME run: the actor, veRL's reference worker and the PRM.
 FSDP_ENGINE_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "prime.prm.engine")
 # veRL's precision names (verl.utils.torch_dtypes.PrecisionType), by the dtype each means.
-_PRECISIONS = {
+PRECISION_NAMES = {
     "bf16": ("bf16", "bfloat16"),
     "fp16": ("fp16", "float16", "16"),
     "fp32": ("fp32", "float32", "32"),
@@ -246,7 +246,7 @@ _PRECISIONS = {
 def precision(name: Any) -> str | None:
     """'bf16' / 'fp16' / 'fp32' for any of veRL's names of that dtype, None for an unknown name."""
     text = str(name).lower()
-    return next((short for short, names in _PRECISIONS.items() if text in names), None)
+    return next((short for short, names in PRECISION_NAMES.items() if text in names), None)
 
 
 def check_compute_dtype(config: Any) -> None:

@@ -7,18 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verl_prime_lora.config_checks import PRECISION_NAMES
 from verl_prime_lora.preflight.errors import PreflightConfigError
 from verl_prime_lora.preflight.model_shape import ModelShape
 
+# Bytes per element under each of veRL's names of a dtype (config_checks.PRECISION_NAMES).
 DTYPE_BYTES = {
-    "fp32": 4,
-    "float32": 4,
-    "32": 4,
-    "bf16": 2,
-    "bfloat16": 2,
-    "fp16": 2,
-    "float16": 2,
-    "16": 2,
+    name: {"fp32": 4, "bf16": 2, "fp16": 2}[short] for short, names in PRECISION_NAMES.items() for name in names
 }
 
 
