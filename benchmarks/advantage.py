@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-import verl_prime_lora.core_algos  # noqa: F401  (registers the PRIME estimators)
+import verl_prime_lora.algo.core_algos  # noqa: F401  (registers the PRIME estimators)
 
 
 def make_inputs(batch=1024, length=4096, groups=64, seed=0):

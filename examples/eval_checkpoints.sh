@@ -9,11 +9,11 @@ EVAL_DIR=${EVAL_DIR:-$HOME/data/open_rs}            # examples/data_preprocess/e
 OUT=${OUT:-eval_out}
 adapters=()
 for step in $(ls -d "$CKPT_DIR"/global_step_* | sort -V); do
-  python -m verl_prime_lora.export_adapter "$step" --out "$OUT/$(basename "$step")" \
+  python -m verl_prime_lora.tools.export_adapter "$step" --out "$OUT/$(basename "$step")" \
     --lora_dropout 0.05 --base_model "$MODEL"
   adapters+=("$OUT/$(basename "$step")/adapter")
 done
-python -m verl_prime_lora.eval --base "$MODEL" --adapters "${adapters[@]}" \
+python -m verl_prime_lora.tools.eval --base "$MODEL" --adapters "${adapters[@]}" \
   --benchmarks aime24="$EVAL_DIR/aime24.parquet" amc23="$EVAL_DIR/amc23.parquet" \
                math_500="$EVAL_DIR/math_500.parquet" minerva="$EVAL_DIR/minerva.parquet" \
                olympiadbench="$EVAL_DIR/olympiadbench.parquet" \

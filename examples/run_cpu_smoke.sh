@@ -29,7 +29,7 @@ RECIPE_ARGS=(
   prime.prm.optim.lr=1e-4
 )
 
-"$PYTHON" -m verl_prime_lora.tiny --out "$OUT_DIR/assets"
+"$PYTHON" -m verl_prime_lora.tools.tiny --out "$OUT_DIR/assets"
 
 exec "$PYTHON" -m verl_prime_lora.cpu.launch --timeout "$TIMEOUT_S" --log "$OUT_DIR/main_ppo.log" -- \
   "+recipe=[$RECIPES]" \

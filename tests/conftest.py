@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from verl_prime_lora import chain_task
+from verl_prime_lora.demo import chain_task
 
 
 @pytest.fixture(scope="session")

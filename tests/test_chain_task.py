@@ -1,4 +1,4 @@
-"""verl_prime_lora.chain_task: the chain-arithmetic task (grading with the project's reward, running totals,
+"""verl_prime_lora.demo.chain_task: the chain-arithmetic task (grading with the project's reward, running totals,
 disjoint splits, seeding, veRL's row format) and the SFT warm start end to end (accuracy window, cache)."""
 
 import json
@@ -7,8 +7,8 @@ import random
 import pandas as pd
 import pytest
 
-from verl_prime_lora import chain_task as ct
-from verl_prime_lora.reward import compute_score
+from verl_prime_lora.demo import chain_task as ct
+from verl_prime_lora.rewards.math_format import compute_score
 
 SIZES = {"sft_eval": 200, "test": 200, "train": 2000}
 
@@ -109,7 +109,7 @@ def test_rows_in_verl_format(splits):
 
 
 def test_sft_example_masks_the_prompt(splits):
-    from verl_prime_lora.tiny import build_tokenizer
+    from verl_prime_lora.tools.tiny import build_tokenizer
 
     tokenizer = build_tokenizer(ct.tokenizer_corpus(splits["train"]), 512)
     chain = splits["train"][0]
@@ -125,7 +125,7 @@ def test_saved_tokenizer_splits_like_the_built_one(splits, tmp_path):
     """transformers loads the saved folder as Qwen2Tokenizer (its own pre-tokenizer): the ids must not change."""
     from transformers import AutoTokenizer
 
-    from verl_prime_lora.tiny import build_tokenizer
+    from verl_prime_lora.tools.tiny import build_tokenizer
 
     built = build_tokenizer(ct.tokenizer_corpus(splits["train"]), 512)
     built.save_pretrained(tmp_path)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from verl_prime_lora import core_algos as ca
+from verl_prime_lora.algo import core_algos as ca
 
 EPS = 1e-6
 

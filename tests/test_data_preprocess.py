@@ -158,8 +158,8 @@ def test_output_loads_in_verl_rlhf_dataset_and_is_gradable(pp, tmp_path):
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from verl_prime_lora.reward import compute_score
-    from verl_prime_lora.tiny import build_tokenizer
+    from verl_prime_lora.rewards.math_format import compute_score
+    from verl_prime_lora.tools.tiny import build_tokenizer
 
     rows, _ = pp["open_rs"].convert(OPEN_RS_ROWS)
     path = pp["common"].write_parquet(rows, str(tmp_path / "train.parquet"))

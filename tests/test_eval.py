@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from verl_prime_lora import eval as ev
-from verl_prime_lora.tiny import write_assets
+from verl_prime_lora.tools import eval as ev
+from verl_prime_lora.tools.tiny import write_assets
 
 
 def test_pass_at_1_is_mean_over_problems_of_mean_over_samples():

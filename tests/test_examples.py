@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 from test_recipe_config import compose_ppo
 
-from verl_prime_lora.reward import compute_score
+from verl_prime_lora.rewards.math_format import compute_score
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -29,7 +29,7 @@ def test_scripts_are_valid_bash(script):
 def test_seed_overrides_compose(recipe):
     cfg = compose_ppo(f"+recipe={recipe}", *seed_overrides("SEED_ARGS", "PRM_ARGS"))
     assert cfg.actor_rollout_ref.model.lora.dropout == 0.05
-    assert cfg.reward.custom_reward_function.path == "pkg://verl_prime_lora.reward"
+    assert cfg.reward.custom_reward_function.path == "pkg://verl_prime_lora.rewards.math_format"
     assert cfg.prime.prm.micro_batch_size_per_gpu == 2
     assert cfg.data.train_files == "/home/u/data/open_rs/train.parquet"
 

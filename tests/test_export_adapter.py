@@ -9,8 +9,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_prime_lora.export_adapter import export, main
-from verl_prime_lora.tiny import write_assets
+from verl_prime_lora.tools.export_adapter import export, main
+from verl_prime_lora.tools.tiny import write_assets
 
 
 def write_checkpoint(root, update_size=None):

@@ -13,12 +13,14 @@ import pytest
 FIRST_IMPORT = textwrap.dedent("""
     import importlib, json, logging, sys
     importlib.import_module({module!r})
-    loaded_first = {{name: name in sys.modules for name in ("verl", "verl_prime_lora.reward", "math_verify")}}
+    first = ("verl", "verl_prime_lora.rewards.math_format", "math_verify")
+    loaded_first = {{name: name in sys.modules for name in first}}
     import verl
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
-    core_algos, trainer = sys.modules["verl_prime_lora.core_algos"], sys.modules["verl_prime_lora.trainer"]
-    logging.getLogger("verl_prime_lora.prm_worker").info("an INFO line of the package")
+    core_algos = sys.modules["verl_prime_lora.algo.core_algos"]
+    trainer = sys.modules["verl_prime_lora.integration.trainer"]
+    logging.getLogger("verl_prime_lora.integration.prm_worker").info("an INFO line of the package")
     print(json.dumps({{
         "loaded_first": loaded_first,
         # registered, and by the one copy of each module in this process (not a second, re-executed one)
@@ -47,9 +49,9 @@ def run_python(code, tmp_path, **env):
 @pytest.mark.parametrize(
     "module",
     [
-        "verl_prime_lora.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
-        "verl_prime_lora.prm_worker",  # the same, through core_algos (and Ray workers unpickle it first)
-        "verl_prime_lora.prompt_filter",
+        "verl_prime_lora.algo.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
+        "verl_prime_lora.integration.prm_worker",  # the same, through core_algos (and Ray workers unpickle it first)
+        "verl_prime_lora.integration.prompt_filter",
     ],
 )
 def test_any_module_imports_before_verl_and_registration_happens_once(module, tmp_path):
@@ -57,8 +59,8 @@ def test_any_module_imports_before_verl_and_registration_happens_once(module, tm
     assert "ERROR" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-3000:]
     facts = json.loads(run.stdout.splitlines()[-1])
     assert facts["estimators"] and facts["trainers"] == {"prime_sync": True, "prime_separate_async": True}
-    assert not facts["loaded_first"]["verl_prime_lora.reward"] and not facts["loaded_first"]["math_verify"]
-    if module in ("verl_prime_lora.core_algos", "verl_prime_lora.prm_worker"):
+    assert not facts["loaded_first"]["verl_prime_lora.rewards.math_format"] and not facts["loaded_first"]["math_verify"]
+    if module in ("verl_prime_lora.algo.core_algos", "verl_prime_lora.integration.prm_worker"):
         assert not facts["loaded_first"]["verl"]  # pure math and the PRM's loss: veRL is imported where used
     # veRL's root logger is at WARNING; the package's logger still shows its INFO lines, once
     assert run.stderr.count("an INFO line of the package") == 1
@@ -68,12 +70,12 @@ def test_package_logs_without_any_logging_setup_and_never_twice(tmp_path):
     run = run_python(
         textwrap.dedent("""
         import logging
-        import verl_prime_lora.export_adapter
-        log = logging.getLogger("verl_prime_lora.export_adapter")
+        import verl_prime_lora.tools.export_adapter
+        log = logging.getLogger("verl_prime_lora.tools.export_adapter")
         log.info("before any setup")
         logging.basicConfig(level=logging.WARNING)  # as `import verl` does
         log.info("after the root got a handler")
-        logging.getLogger("verl_prime_lora.export_adapter").debug("a DEBUG line")
+        logging.getLogger("verl_prime_lora.tools.export_adapter").debug("a DEBUG line")
     """),
         tmp_path,
     )
@@ -86,11 +88,11 @@ def test_package_logs_where_the_root_handler_drops_info(tmp_path):
     run = run_python(
         textwrap.dedent("""
         import logging
-        import verl_prime_lora.trainer
+        import verl_prime_lora.integration.trainer
         root_handler = logging.StreamHandler()
         root_handler.setLevel(logging.ERROR)
         logging.getLogger().handlers[:] = [root_handler]  # the TaskRunner's one root handler
-        log = logging.getLogger("verl_prime_lora.trainer")
+        log = logging.getLogger("verl_prime_lora.integration.trainer")
         log.info("PRIME: an INFO line")
         log.error("PRIME: an ERROR line")
     """),

@@ -1,4 +1,4 @@
-"""Input checks before Ray starts (verl_prime_lora.input_checks): data files, model folders, a reward dry
+"""Input checks before Ray starts (verl_prime_lora.checks.input_checks): data files, model folders, a reward dry
 run and the device layout, each failing with the config key and the path or row; correct configs pass."""
 
 import json
@@ -13,9 +13,9 @@ import verl
 from hydra import compose, initialize_config_dir
 from main_ppo_driver import main_ppo_stopped_before_ray
 
-import verl_prime_lora.verl_patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
-from verl_prime_lora.input_checks import InputCheckError, check_inputs
-from verl_prime_lora.tiny import write_assets
+import verl_prime_lora.integration.patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
+from verl_prime_lora.checks.input_checks import InputCheckError, check_inputs
+from verl_prime_lora.tools.tiny import write_assets
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 E2E = Path(__file__).parent / "e2e"
@@ -111,8 +111,8 @@ def test_correct_configs_pass(assets, recipe, overrides):
 
 
 def test_chain_task_data_passes_the_reward_dry_run(assets, tmp_path):
-    """The demo's data (verl_prime_lora.chain_task) with the recipe's reward: the dry run's answer is right."""
-    from verl_prime_lora import chain_task
+    """The demo's data (verl_prime_lora.demo.chain_task) with the recipe's reward: the dry run's answer is right."""
+    from verl_prime_lora.demo import chain_task
 
     chains = chain_task.make_splits(0, {"sft_eval": 1, "test": 2, "train": 3})
     paths = {}
@@ -262,7 +262,7 @@ def test_prm_folders(assets, tmp_path):
 
 def test_label_key_typo_fails_in_the_dry_run(assets):
     message = fails(config(assets, "prime.prm.label_key=accuracy"), r"^prime\.prm\.label_key: is 'accuracy'")
-    assert "pkg://verl_prime_lora.reward:compute_score" in message  # the reward function
+    assert "pkg://verl_prime_lora.rewards.math_format:compute_score" in message  # the reward function
     assert "'acc'" in message and "'format'" in message  # the keys it returned
     assert f"row 0 of {assets['train']}" in message
 
@@ -355,6 +355,28 @@ def test_verl_validate_config_runs_the_input_checks(assets, tmp_path):
     with pytest.raises(InputCheckError, match=r"^data\.train_files: "):
         cfg = config(assets, f"data.train_files={missing}")
         verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+
+
+def test_a_plain_verl_run_meets_no_prime_check_in_the_driver(assets, tmp_path):
+    """With the plugin installed, a run with neither a PRIME trainer nor a PRIME estimator passes veRL's
+    validate_config exactly as without it: no PRIME config check, no input check, no reward dry run. The
+    config below fails all three (a missing data file, a reward function that does not exist, n=1)."""
+    import verl.utils.config as verl_config
+
+    cfg = config(
+        assets,
+        *GRPO,
+        f"data.train_files={tmp_path / 'nope.parquet'}",
+        f"{REWARD_FN}={tmp_path / 'no_reward.py'}",
+        "actor_rollout_ref.rollout.n=1",
+    )
+    verl_alone = verl_config.validate_config.__wrapped__
+    verl_alone(cfg, use_reference_policy=False, use_critic=False)
+    verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+    # the same config as a PRIME run is refused before Ray
+    with pytest.raises(ValueError, match=r"^actor_rollout_ref\.rollout\.n: "):
+        prime = config(assets, f"{REWARD_FN}={tmp_path / 'no_reward.py'}", "actor_rollout_ref.rollout.n=1")
+        verl_config.validate_config(prime, use_reference_policy=False, use_critic=False)
 
 
 def test_main_ppo_fails_before_ray_on_an_empty_model_folder(assets, tmp_path):

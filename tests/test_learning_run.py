@@ -4,8 +4,8 @@ import inspect
 
 import pytest
 
-from verl_prime_lora import learning_run
-from verl_prime_lora.learning_run import DEMO_RECIPES, LearningRun, progress_line, run_learning
+from verl_prime_lora.demo import learning_run
+from verl_prime_lora.demo.learning_run import DEMO_RECIPES, LearningRun, progress_line, run_learning
 
 ASSETS = {"train": "train.parquet", "test": "test.parquet", "model": "model"}
 

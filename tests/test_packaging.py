@@ -29,8 +29,8 @@ def test_wheel_contents(wheel):
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "verl_prime_lora/recipe/prime_lora.yaml" in names
-    assert "verl_prime_lora/core_algos.py" in names
-    assert "[verl.plugins]" in entry_points and "verl_prime_lora.verl_plugin" in entry_points
+    assert "verl_prime_lora/algo/core_algos.py" in names
+    assert "[verl.plugins]" in entry_points and "verl_prime_lora.integration.plugin" in entry_points
 
 
 def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
@@ -55,7 +55,7 @@ def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
     assert "adv_estimator: prime_grpo" in run.stdout
     assert "\nrecipe:" not in run.stdout
     where = subprocess.run(
-        [sys.executable, "-c", "import verl_prime_lora.hydra_search_path as h; print(h.config_root())"],
+        [sys.executable, "-c", "import verl_prime_lora.integration.hydra_search_path as h; print(h.config_root())"],
         cwd=workdir,
         env=env,
         capture_output=True,

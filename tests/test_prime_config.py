@@ -1,4 +1,4 @@
-"""The typed PRIME config (`verl_prime_lora.prime_config`): its defaults are the recipe's values, key for
+"""The typed PRIME config (`verl_prime_lora.algo.prime_config`): its defaults are the recipe's values, key for
 key; a composed config round-trips into it; each invalid value fails with a message that starts with its key."""
 
 import dataclasses
@@ -14,9 +14,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
 
-from verl_prime_lora import core_algos
-from verl_prime_lora.config_checks import validate_prime_config
-from verl_prime_lora.prime_config import (
+from verl_prime_lora.algo import core_algos
+from verl_prime_lora.algo.prime_config import (
     PRM_VERL_SECTIONS,
     PROCESS_NORMS,
     AdvantageConfig,
@@ -26,6 +25,7 @@ from verl_prime_lora.prime_config import (
     advantage_config,
     prime_config,
 )
+from verl_prime_lora.checks.config_checks import validate_prime_config
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 ACTOR_MINI_BATCH = "${actor_rollout_ref.actor.ppo_mini_batch_size}"
@@ -228,7 +228,7 @@ def test_an_estimator_refuses_an_invalid_algorithm_prime():
 
 def test_importing_the_config_imports_neither_verl_nor_torch(tmp_path):
     code = (
-        "import json, sys; import verl_prime_lora.prime_config; "
+        "import json, sys; import verl_prime_lora.algo.prime_config; "
         "print(json.dumps([name for name in ('verl', 'torch', 'ray') if name in sys.modules]))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -279,7 +279,7 @@ def test_megatron_reads_dtype_and_is_not_checked():
 def test_precision_names_follow_verl(name, short):
     from verl.utils.torch_dtypes import PrecisionType
 
-    from verl_prime_lora.config_checks import precision
+    from verl_prime_lora.checks.config_checks import precision
 
     assert precision(name) == short
     if short is not None:

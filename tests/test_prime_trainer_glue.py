@@ -21,11 +21,23 @@ from main_ppo_driver import main_ppo_stopped_before_ray
 from omegaconf import OmegaConf
 from tensordict import NonTensorData, TensorDict
 
-import verl_prime_lora.verl_patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
-from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
-from verl_prime_lora.core_algos import prm_bce_loss
-from verl_prime_lora.prime_config import PrmConfig
-from verl_prime_lora.prm_worker import (
+import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
+from verl_prime_lora.algo.core_algos import prm_bce_loss
+from verl_prime_lora.algo.prime_config import PrmConfig
+from verl_prime_lora.algo.run_config import (
+    REF_ACTOR_BASE,
+    REF_ACTOR_REF,
+    REF_FROZEN,
+    REF_POLICY_OLD,
+    REF_POLICY_T1,
+    REF_PRM_ADAPTER_OFF,
+    prime_state_file,
+    prm_checkpoint_dir,
+    reference_source,
+    resume_folder,
+)
+from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.integration.prm_worker import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -36,25 +48,16 @@ from verl_prime_lora.prm_worker import (
     labels_from_extra_fields,
     model_dropout,
     nested_rows,
-    prm_checkpoint_dir,
     prm_loss,
     update_forward_is_pre_update,
 )
-from verl_prime_lora.trainer import (
-    REF_ACTOR_BASE,
-    REF_ACTOR_REF,
-    REF_FROZEN,
-    REF_POLICY_OLD,
-    REF_POLICY_T1,
-    REF_PRM_ADAPTER_OFF,
+from verl_prime_lora.integration.trainer import (
     PrimeTrainerSeparateAsync,
     PrimeTrainerSync,
     pad_nested,
     prime_advantages,
     prm_rewards_and_metrics,
     process_reward_stats,
-    reference_source,
-    resolve_resume_folder,
 )
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
@@ -473,7 +476,7 @@ def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, d
 
 @pytest.mark.parametrize("source, taken", [("from_update", True), ("check", True), ("forward", False)])
 def test_pre_update_source_picks_the_update_only_where_exact(source, taken):
-    from verl_prime_lora.trainer import pre_update_from_update
+    from verl_prime_lora.integration.trainer import pre_update_from_update
 
     prm = PrmConfig(update="after", mini_batch_size=8, pre_update_log_probs=source)
     assert pre_update_from_update(prm, 0.0, 16, n=2) is taken
@@ -505,7 +508,7 @@ def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
 
 
 def test_multi_output_sessions_are_refused_before_any_update():
-    from verl_prime_lora.trainer import refuse_multi_output_sessions
+    from verl_prime_lora.integration.trainer import refuse_multi_output_sessions
 
     refuse_multi_output_sessions(["u_1_0", "u_2_0", "my_uid_3_0"], [False, False, False])
     refuse_multi_output_sessions(["u_1_0", "u_1_1"], [False, True])  # a padding row copies another's key
@@ -576,26 +579,46 @@ def test_prime_trainers_present_their_verl_mode():
     assert get_trainer_cls("prime_separate_async") is PrimeTrainerSeparateAsync
 
 
+def test_the_process_gate_state_is_saved_and_restored(tmp_path, caplog):
+    """The gate's running mean travels with the checkpoint: a resumed run continues it, not ½ again."""
+    saved = object.__new__(PrimeTrainerSync)
+    saved.prm_pairwise_ema = 0.73
+    path = prime_state_file(str(tmp_path / "global_step_4"))
+    saved._save_prime_state(path)
+    resumed = object.__new__(PrimeTrainerSync)
+    resumed.prm_pairwise_ema = 0.5  # as __init__ leaves it
+    resumed._load_prime_state(path)
+    assert resumed.prm_pairwise_ema == 0.73
+    older = object.__new__(PrimeTrainerSync)
+    older.prm_pairwise_ema = 0.5
+    with caplog.at_level("WARNING"):
+        older._load_prime_state(str(tmp_path / "global_step_1" / "prime_state.json"))  # a checkpoint without it
+    assert older.prm_pairwise_ema == 0.5 and "the gate restarts at 1/2" in caplog.text
+
+
 def test_resume_folder_and_prm_nesting(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpts"
     (ckpt / "global_step_2").mkdir(parents=True)
     (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
-    t = OmegaConf.create({"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None})
-    assert resolve_resume_folder(t) == str(ckpt / "global_step_2")
-    assert prm_checkpoint_dir(resolve_resume_folder(t)) == str(ckpt / "global_step_2" / "prm")
+    c = OmegaConf.create({"trainer": {"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None}})
+    t = c.trainer
+    assert resume_folder(c) == str(ckpt / "global_step_2")
+    assert prm_checkpoint_dir(resume_folder(c)) == str(ckpt / "global_step_2" / "prm")
     t.resume_mode = "disable"
-    assert resolve_resume_folder(t) is None
+    assert resume_folder(c) is None
     t.resume_mode, t.resume_from_path = "resume_path", "rel/global_step_7"
     monkeypatch.chdir(tmp_path)
-    assert resolve_resume_folder(t) == str(tmp_path / "rel" / "global_step_7")
+    assert resume_folder(c) == str(tmp_path / "rel" / "global_step_7")
     t.resume_mode, t.default_local_dir = "auto", str(tmp_path / "empty")
-    assert resolve_resume_folder(t) is None
+    assert resume_folder(c) is None
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, "-m", "verl_prime_lora.tiny", "--out", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "verl_prime_lora.tools.tiny", "--out", str(out)], check=True, capture_output=True
+    )
     return str(out / "model")
 
 
@@ -733,7 +756,7 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     ],
 )
 def test_prm_passes_per_step_and_their_minimum(update, reference, today, minimum):
-    from verl_prime_lora.trainer import PrmPasses, prm_passes
+    from verl_prime_lora.integration.trainer import PrmPasses, prm_passes
 
     assert prm_passes(update, reference) == (PrmPasses(*today), PrmPasses(*minimum))
     # only the pre-update PRM forward of a training mode is above the minimum

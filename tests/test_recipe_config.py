@@ -12,8 +12,8 @@ import pytest
 import verl
 from hydra import compose, initialize_config_dir
 
-import verl_prime_lora.verl_plugin as verl_plugin
-from verl_prime_lora import hydra_search_path
+import verl_prime_lora.integration.plugin as verl_plugin
+from verl_prime_lora.integration import hydra_search_path
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -67,7 +67,7 @@ def test_search_path_points_at_the_recipe_group():
 
 
 def test_failed_registration_is_loud(monkeypatch, caplog):
-    monkeypatch.setattr(verl_plugin, "REGISTERING_MODULES", ("verl_prime_lora.core_algos", "no_such_module_xyz"))
+    monkeypatch.setattr(verl_plugin, "REGISTERING_MODULES", ("verl_prime_lora.algo.core_algos", "no_such_module_xyz"))
     with caplog.at_level(logging.ERROR), pytest.raises(ImportError, match="no_such_module_xyz"):
         verl_plugin.register_all()
     assert any(r.levelno == logging.ERROR and "no_such_module_xyz" in r.getMessage() for r in caplog.records)
@@ -78,7 +78,7 @@ def test_failed_registration_is_loud(monkeypatch, caplog):
 IMPORT_VERL_ONLY = f"""
 import json, sys
 import verl
-plugin_loaded = "verl_prime_lora.verl_plugin" in sys.modules
+plugin_loaded = "verl_prime_lora.integration.plugin" in sys.modules
 from hydra import compose, initialize_config_dir
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY

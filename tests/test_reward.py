@@ -1,4 +1,4 @@
-"""verl_prime_lora.reward: accuracy (math-verify, in killable helper processes), the think-format
+"""verl_prime_lora.rewards.math_format: accuracy (math-verify, in killable helper processes), the think-format
 reward, weights, bad rows, the timeout path, and loading through veRL's own `pkg://` loader."""
 
 from collections import Counter
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verl_prime_lora import reward as rw
-from verl_prime_lora.reward import (
+from verl_prime_lora.rewards import math_format as rw
+from verl_prime_lora.rewards.math_format import (
     BAD_GROUND_TRUTH,
     CORRECT,
     EMPTY_RESPONSE,
@@ -25,7 +25,7 @@ from verl_prime_lora.reward import (
     last_boxed,
     reason_counts,
 )
-from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
+from verl_prime_lora.rewards.reward_info import LABEL_UNKNOWN_KEY
 
 KEYS = {"score", "acc", "format", "pred", "reason", LABEL_UNKNOWN_KEY}
 # math-verify needs ~10 s to decide this one (an exact rational with a 10^9-bit denominator).
@@ -218,7 +218,7 @@ def test_loads_through_verl_pkg_path_with_reward_kwargs():
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://verl_prime_lora.reward",
+                    "path": "pkg://verl_prime_lora.rewards.math_format",
                     "name": "compute_score",
                     "reward_kwargs": {"accuracy_weight": 1.0, "format_weight": 0.0},
                 }
@@ -244,7 +244,7 @@ def test_scores_through_verl_naive_reward_manager():
     from verl import DataProto
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 
-    from verl_prime_lora.tiny import build_tokenizer
+    from verl_prime_lora.tools.tiny import build_tokenizer
 
     response = think(r"\boxed{\frac{1}{2}}")
     tokenizer = build_tokenizer([response, "What is one half?"], 300)
@@ -319,7 +319,7 @@ def test_reasons_are_counted():
 
 def test_anomalies_are_logged_at_their_1st_10th_100th_occurrence(caplog, monkeypatch):
     monkeypatch.setattr(rw, "_COUNTS", Counter())
-    with caplog.at_level("WARNING", logger="verl_prime_lora.reward"):
+    with caplog.at_level("WARNING", logger="verl_prime_lora.rewards.math_format"):
         for _ in range(12):
             score(think(r"\boxed{5}"), None)
     logged = [r.getMessage() for r in caplog.records if "bad_ground_truth row" in r.getMessage()]
@@ -330,7 +330,7 @@ def test_anomalies_are_logged_at_their_1st_10th_100th_occurrence(caplog, monkeyp
 def test_reason_shares_are_summarised_periodically(caplog, monkeypatch):
     monkeypatch.setattr(rw, "_COUNTS", Counter())
     monkeypatch.setattr(rw, "_SUMMARY_EVERY", 4)
-    with caplog.at_level("INFO", logger="verl_prime_lora.reward"):
+    with caplog.at_level("INFO", logger="verl_prime_lora.rewards.math_format"):
         for ground_truth in ("5", "5", "6", "5"):
             score(think(r"\boxed{5}"), ground_truth)
     summaries = [r.getMessage() for r in caplog.records if "reasons over" in r.getMessage()]
@@ -377,7 +377,7 @@ def test_a_verifier_that_cannot_start_is_a_counted_reason_not_a_crash(monkeypatc
     monkeypatch.setattr(rw, "_POOL", rw._VerifierPool(1))
     monkeypatch.setattr(rw._Verifier, "__init__", cannot_start)
     monkeypatch.setattr(rw, "_LOGGED_ERRORS", set())
-    with caplog.at_level("ERROR", logger="verl_prime_lora.reward"):
+    with caplog.at_level("ERROR", logger="verl_prime_lora.rewards.math_format"):
         results = [score(think(r"\boxed{5}"), "5") for _ in range(3)]
     assert {(r["reason"], r["score"], r["acc"], r[LABEL_UNKNOWN_KEY]) for r in results} == {
         (VERIFIER_ERROR, 0.0, 0.0, 1.0)
@@ -429,7 +429,7 @@ def test_fractions_are_compared_by_value(p, q, r, s):
 def test_reward_extra_info_reads_what_transfer_queue_returns():
     from tensordict import NonTensorData
 
-    from verl_prime_lora.reward_info import reward_extra_info
+    from verl_prime_lora.rewards.reward_info import reward_extra_info
 
     info = {"acc": 1.0, "format": 0.0}
     assert reward_extra_info({"reward_extra_info": info}) == info

@@ -1,4 +1,4 @@
-"""Reward failures of PRIME runs (verl_prime_lora.reward_failures): the guard on veRL's reward-loop worker
+"""Reward failures of PRIME runs (verl_prime_lora.integration.reward_failures): the guard on veRL's reward-loop worker
 (a failed row with the batch's key set, the first error logged once), the per-step accounting and stop
 of the trainer, and that the PRM neither trains on nor measures a row whose reward failed."""
 
@@ -20,13 +20,13 @@ from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 
-import verl_prime_lora.verl_patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
-from verl_prime_lora import prompt_filter
-from verl_prime_lora import reward_failures as rf
-from verl_prime_lora.config_checks import PrimeConfigError, validate_prime_config
-from verl_prime_lora.core_algos import balanced_label_weights
-from verl_prime_lora.prime_config import prime_config
-from verl_prime_lora.prm_worker import (
+import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
+from verl_prime_lora.algo.core_algos import balanced_label_weights
+from verl_prime_lora.algo.prime_config import prime_config
+from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.integration import prompt_filter
+from verl_prime_lora.integration import reward_failures as rf
+from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
     PRM_WEIGHT_FIELD,
@@ -36,16 +36,16 @@ from verl_prime_lora.prm_worker import (
     prm_loss,
     unlabelled_rows,
 )
-from verl_prime_lora.prompt_filter import AccuracyBandFilterMixin, BandFilter
-from verl_prime_lora.reward_failures import (
+from verl_prime_lora.integration.prompt_filter import AccuracyBandFilterMixin, BandFilter
+from verl_prime_lora.integration.reward_failures import (
     ERROR_KEY,
     FAILED_KEY,
     RolloutFailureError,
     account_rollouts,
     guarded_score,
 )
-from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
-from verl_prime_lora.trainer import prm_rewards_and_metrics
+from verl_prime_lora.integration.trainer import prm_rewards_and_metrics
+from verl_prime_lora.rewards.reward_info import LABEL_UNKNOWN_KEY
 
 PRIME_CONFIG = {
     "trainer": {"v1": {"trainer_mode": "prime_sync"}},
@@ -196,7 +196,7 @@ def test_verl_reward_loop_worker_is_guarded_for_prime_trainers():
 
 def test_guard_reads_the_prime_config_once_per_worker(monkeypatch):
     """The typed PRIME config is built once per reward worker, not once per rollout."""
-    import verl_prime_lora.reward_failures as rf
+    import verl_prime_lora.integration.reward_failures as rf
 
     calls = []
     real = rf.prime_config
@@ -449,7 +449,7 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     """`_compute_advantage` accounts for the batch first: a stop costs no PRM or reference forward."""
     from types import SimpleNamespace
 
-    import verl_prime_lora.trainer as trainer_module
+    import verl_prime_lora.integration.trainer as trainer_module
 
     keys, is_padding, fields = _batch()
     monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})

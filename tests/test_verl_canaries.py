@@ -42,77 +42,81 @@ CANARIES = [
     Canary(
         f"{TB}.__init__",
         "ca0871b9dcfc0c8d",
-        "verl_prime_lora/trainer.py: PrimeTrainerMixin.trainer_mode (property/setter) and __init__",
+        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.trainer_mode (property/setter) and __init__",
         "the base still sets self.trainer_mode from trainer.v1.trainer_mode and uses it only as the veRL mode "
         "name (sync/separate_async); self.use_reference_policy is still set in __init__",
     ),
     Canary(
         f"{TB}._setup",
         "bff547182838a057",
-        "verl_prime_lora/trainer.py: PrimeTrainerMixin._load_checkpoint (builds the PRM there); "
-        "verl_prime_lora/config_checks.py: actor_uses_lora",
+        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._load_checkpoint (builds the PRM there); "
+        "verl_prime_lora/algo/run_config.py: actor_uses_lora",
         "_load_checkpoint is still called last, after every resource pool exists; actor_uses_lora still "
         "matches the `ref_in_actor` test (lora.rank, lora_rank, lora_adapter_path)",
     ),
     Canary(
         f"{TB}._build_replay_buffer",
         "fdaefcbc2eeeaba2",
-        "verl_prime_lora/prompt_filter.py: accuracy_band_replay_buffer and AccuracyBandFilterMixin.__init__",
+        "verl_prime_lora/integration/prompt_filter.py: accuracy_band_replay_buffer and "
+        "AccuracyBandFilterMixin.__init__",
         "the keyword arguments a custom sampler receives (trainer_mode, sampler_kwargs, refill_fn, ...) and "
         "that filter_groups_metric/train_batch_size/gen_batch_size are still left to custom samplers",
     ),
     Canary(
         f"{TB}._load_checkpoint",
         "4b42daf1e3d5720b",
-        "verl_prime_lora/trainer.py: resolve_resume_folder and PrimeTrainerMixin._load_checkpoint",
-        "resolve_resume_folder repeats the folder choice (resume_mode disable/auto/resume_path, relative "
+        "verl_prime_lora/algo/run_config.py: resume_folder; "
+        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._load_checkpoint",
+        "resume_folder repeats the folder choice (resume_mode disable/auto/resume_path, relative "
         "paths, find_latest_ckpt_path); global_steps > 0 still means 'resumed'",
     ),
     Canary(
         f"{TB}._save_checkpoint",
         "32d37bd459e00748",
-        "verl_prime_lora/trainer.py: PrimeTrainerMixin._save_checkpoint",
+        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._save_checkpoint",
         "the global_step_N folder, the hdfs remote path, the max-ckpt-to-keep rule it repeats for the PRM, "
         "and that the tracker file is still written last",
     ),
     Canary(
         f"{TB}._compute_old_log_prob",
         "44d291a7cc1930e9",
-        "verl_prime_lora/trainer.py: reference_source and PrimeTrainerMixin._prm_reference_log_probs",
+        "verl_prime_lora/algo/run_config.py: reference_source; "
+        "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
         "old_log_probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `old_log_probs`",
     ),
     Canary(
         f"{SEP}._compute_old_log_prob",
         "90d71addc6867d27",
-        "verl_prime_lora/trainer.py: reference_source (REF_POLICY_OLD on prime_separate_async)",
+        "verl_prime_lora/algo/run_config.py: reference_source (REF_POLICY_OLD on prime_separate_async)",
         "the split trainer's old_log_probs still come from the base computation (bypass mode aside)",
     ),
     Canary(
         f"{TB}._compute_ref_log_prob",
         "0083e371d1a9d87d",
-        "verl_prime_lora/trainer.py: reference_source and PrimeTrainerMixin._prm_reference_log_probs",
+        "verl_prime_lora/algo/run_config.py: reference_source; "
+        "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
         "ref log-probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `ref_log_prob`",
     ),
     Canary(
         f"{TB}._compute_values",
         "1ae811601c54561f",
-        "verl_prime_lora/prm_worker.py: ImplicitPRM._infer, log_prob_meta, read_response_log_probs",
+        "verl_prime_lora/integration/prm_worker.py: ImplicitPRM._infer, log_prob_meta, read_response_log_probs",
         "the PRM forward repeats the critic's protocol: extra_info keys, infer_batch + ray.get, and "
         "response_from_nested on what the worker wrote to TransferQueue",
     ),
     Canary(
         f"{TB}._update_critic",
         "e6cd758e086d5b7d",
-        "verl_prime_lora/prm_worker.py: ImplicitPRM.update",
+        "verl_prime_lora/integration/prm_worker.py: ImplicitPRM.update",
         "the PRM update repeats the critic's extra_info (global/mini batch size x rollout.n, epochs, seed, "
         "dataloader_kwargs, temperature) and the metrics it reads back",
     ),
     Canary(
         f"{TB}._compute_advantage",
         "c9c63319c62aa27b",
-        "verl_prime_lora/trainer.py: PrimeTrainerMixin._compute_advantage, steps 5 and 6",
+        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._compute_advantage, steps 5 and 6",
         "step 5 repeats the pre-processing (token_level_scores, KL penalty, rollout correction) and step 6 "
         "the fields written back to TransferQueue; the estimator call (compute_advantage_for_multi_"
         "trajectories) is replaced by prime_advantages",
@@ -121,52 +125,52 @@ CANARIES = [
     Canary(
         "verl.workers.engine_workers:TrainingWorker.train_mini_batch",
         "89c6837320994ec5",
-        "verl_prime_lora/prm_worker.py: update_forward_is_pre_update, assemble_captured_log_probs",
+        "verl_prime_lora/integration/prm_worker.py: update_forward_is_pre_update, assemble_captured_log_probs",
         "one mini-batch of the whole batch still means every row's first forward precedes the first optimizer "
         "step; list-valued loss metrics still come back (flattened once) in output['metrics'] in epoch order",
     ),
     Canary(
         "verl.workers.engine_workers:TrainingWorker._postprocess_output",
         "6952271cb3e15503",
-        "verl_prime_lora/prm_worker.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
+        "verl_prime_lora/integration/prm_worker.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
         "loss metrics other than loss/grad_norm/lr are still all-gathered over DP as objects, not reduced",
     ),
     Canary(
         "verl.workers.engine.utils:postprocess_batch_func",
         "464a425a43e147a2",
-        "verl_prime_lora/prm_worker.py: prm_loss's CAPTURED_LOG_PROBS metric",
+        "verl_prime_lora/integration/prm_worker.py: prm_loss's CAPTURED_LOG_PROBS metric",
         "each micro-batch's loss metrics are still appended as they are (append_to_dict)",
     ),
     Canary(
         "verl.workers.utils.losses:value_loss",
         "9f767d689be7de00",
-        "verl_prime_lora/prm_worker.py: prm_loss",
+        "verl_prime_lora/integration/prm_worker.py: prm_loss",
         "prm_loss follows the same global-mini-batch normalisation (dp_size, global_batch_size)",
     ),
     # -- prompt_filter.py: the accuracy band on veRL's replay buffer ----------------------------------
     Canary(
         f"{RB}:ReplayBuffer._dapo_filtered_keys",
         "b47266a70d5c2db7",
-        "verl_prime_lora/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys (overrides it)",
+        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys (overrides it)",
         "the return value (uids, Counter), the per-partition classification cache, finished_keys/partitions "
         "and how trajectory keys map to uids",
     ),
     Canary(
         f"{RB}:ReplayBuffer._terminal_eviction_reasons",
         "2e37b660d8f1b185",
-        "verl_prime_lora/prompt_filter.py: AccuracyBandReplayBuffer (sync trainers)",
+        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandReplayBuffer (sync trainers)",
         "the sync buffer still evicts exactly the uids _dapo_filtered_keys returns",
     ),
     Canary(
         f"{RB}:ReplayBufferAsync._terminal_eviction_reasons",
         "12739f340dad1430",
-        "verl_prime_lora/prompt_filter.py: AccuracyBandReplayBufferAsync (async trainers)",
+        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandReplayBufferAsync (async trainers)",
         "the async buffer still evicts exactly the uids _dapo_filtered_keys returns",
     ),
     Canary(
         "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",
         "ed59419296b12b90",
-        "verl_prime_lora/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys",
+        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys",
         "trajectory keys are still `{uid}_...` and their tag still carries `response_len` (read with a "
         "default of 0: a renamed tag would silently disable drop_truncated)",
     ),
@@ -174,52 +178,54 @@ CANARIES = [
     Canary(
         "verl.utils.config:validate_config",
         "5422891e90e9f07d",
-        "verl_prime_lora/verl_patches.py: install_driver_validation (wraps it)",
+        "verl_prime_lora/integration/patches.py: install_driver_validation (wraps it)",
         "the signature the wrapper forwards (config, *args, **kwargs)",
     ),
     Canary(
         "verl.trainer.main_ppo:main",
         "8097a698658043e9",
-        "verl_prime_lora/verl_patches.py: install_driver_validation",
+        "verl_prime_lora/integration/patches.py: install_driver_validation",
         "the driver still calls validate_config (imported from verl.utils.config) before run_ppo starts Ray",
     ),
     Canary(
         f"{FSDP}._build_lora_module",
         "9db7c3ebf53fce72",
-        "verl_prime_lora/verl_patches.py: install_lora_dropout (wraps it)",
+        "verl_prime_lora/integration/patches.py: install_lora_dropout (wraps it)",
         "whether the LoraConfig now sets lora_dropout itself (then drop the patch), and that it still "
         "returns the peft model before FSDP wrapping",
     ),
     Canary(
         "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager._get_lora_train_meta",
         "84cf6f664cfe4623",
-        "verl_prime_lora/verl_patches.py: install_lora_dropout (wraps it)",
+        "verl_prime_lora/integration/patches.py: install_lora_dropout (wraps it)",
         "it still returns a dict (or None) read from peft_config['default']",
     ),
     Canary(
         "verl.experimental.reward_loop.reward_loop:RewardLoopWorker.compute_score",
         "6c477aeff8b103ba",
-        "verl_prime_lora/verl_patches.py: install_reward_failure_guard (wraps it; reward_failures.guarded_score)",
+        "verl_prime_lora/integration/patches.py: install_reward_failure_guard "
+        "(wraps it; reward_failures.guarded_score)",
         "it is still the per-rollout entry the agent loop calls, returns {'reward_score', 'reward_extra_info'} "
         "and lets the reward function's exception propagate",
     ),
     Canary(
         "verl.experimental.reward_loop.reward_loop:RewardLoopWorker.compute_score_batch",
         "fdc683ffa0588be8",
-        "verl_prime_lora/verl_patches.py: install_reward_failure_guard (wraps it; reward_failures.complete_key_sets)",
+        "verl_prime_lora/integration/patches.py: install_reward_failure_guard "
+        "(wraps it; reward_failures.complete_key_sets)",
         "it still scores a batch through compute_score and takes the reward_extra_info key set from row 0",
     ),
     Canary(
         "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._run_prompt",
         "0d3f98d882a2b494",
-        "verl_prime_lora/reward_failures.py: account_rollouts (counts what this drops)",
+        "verl_prime_lora/integration/reward_failures.py: account_rollouts (counts what this drops)",
         "a failed rollout is still left out of TransferQueue (the trainer counts it as dropped) and its "
         "trajectory keys are still `{uid}_{session}_{index}`",
     ),
     Canary(
         f"{SEP}._setup",
         "6880d044d64de404",
-        "verl_prime_lora/verl_patches.py: tolerate_flush_kwarg_in_separate_async_logger",
+        "verl_prime_lora/integration/patches.py: tolerate_flush_kwarg_in_separate_async_logger",
         "whether logger.info(..., flush=True) is gone (then drop the patch)",
     ),
     # -- cpu/patches.py and cpu/platform.py -------------------------------------------------------
@@ -265,19 +271,19 @@ CANARIES = [
     Canary(
         f"{TB}._get_required_batch_multiple",
         "e8205ec314c299a8",
-        "verl_prime_lora/config_checks.py: check_micro_batches (a step's batch padded to lcm(D, mini x n))",
+        "verl_prime_lora/checks/config_checks.py: check_micro_batches (a step's batch padded to lcm(D, mini x n))",
         "the multiple a step's batch is padded to (dp size, the actor's and critic's mini-batches x n)",
     ),
     Canary(
         "verl.workers.engine.utils:prepare_micro_batches",
         "801cfa4ab4317815",
-        "verl_prime_lora/config_checks.py: check_micro_batches",
+        "verl_prime_lora/checks/config_checks.py: check_micro_batches",
         "a fixed micro-batch size must still divide a rank's rows exactly (the assertion), dynamic ones not",
     ),
     Canary(
         "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.load_checkpoint",
         "af73743c08325a38",
-        "verl_prime_lora/input_checks.py: check_resume_checkpoint",
+        "verl_prime_lora/checks/input_checks.py: check_resume_checkpoint",
         "shards are still named model_world_size_W_rank_R.pt and loaded only for this run's W",
     ),
 ]
@@ -339,7 +345,7 @@ def test_verl_agent_loops_return_one_output_per_session():
     from hydra.utils import get_class
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    from verl_prime_lora.input_checks import _run_returns_list
+    from verl_prime_lora.checks.input_checks import _run_returns_list
 
     assert _agent_loop_registry, "veRL registers no agent loop any more: re-check input_checks.check_agent_loops"
     for name, entry in _agent_loop_registry.items():

@@ -2,7 +2,7 @@
 
 Layers (see README): `core_algos` (pure-tensor math), the PRM worker and PRIME trainers (veRL glue),
 the task (rewards, prompt filtering), the CPU platform, and the Hydra config group `recipe/`.
-veRL loads `verl_prime_lora.verl_plugin` itself. Importing this package only sets up its logger, here and
+veRL loads `verl_prime_lora.integration.plugin` itself. Importing this package only sets up its logger, here and
 nowhere else: ``verl_prime_lora.*`` loggers log from ``VERL_PRIME_LORA_LOGGING_LEVEL`` (default INFO),
 where the root logger's level (WARNING, set at ``import verl``) would hide the package's INFO lines.
 """

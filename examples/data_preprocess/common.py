@@ -4,7 +4,7 @@ parquet format, loading (HF hub or a local file), and writing.
 veRL RL format (one row per problem, read by ``verl.utils.dataset.RLHFDataset``):
 ``data_source`` (str), ``prompt`` (chat messages), ``ability`` ("math"),
 ``reward_model`` = ``{"style": "rule", "ground_truth": str}``, ``extra_info`` = ``{"split", "index", ...}``.
-``verl_prime_lora.reward.compute_score`` grades responses against ``ground_truth``.
+``verl_prime_lora.rewards.math_format.compute_score`` grades responses against ``ground_truth``.
 """
 
 import argparse
@@ -15,7 +15,7 @@ import os
 import datasets
 import pandas as pd
 
-from verl_prime_lora.reward import last_boxed
+from verl_prime_lora.rewards.math_format import last_boxed
 
 # The seed's training system prompt, verbatim: Tina `tina/utils/prompt.py::OPEN_RS_SYSTEM_PROMPT`
 # (shangshang-wang/Tina), itself taken from knoveleng/open-rs `recipes/grpo.yaml`; Tina and

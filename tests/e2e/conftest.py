@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_prime_lora.tiny import write_assets
+from verl_prime_lora.tools.tiny import write_assets
 
 # A peaky random policy (std 0.3 instead of 0.02), so that one update visibly changes what it samples.
 PEAKY_INIT = 0.3

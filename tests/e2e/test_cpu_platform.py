@@ -10,7 +10,7 @@ import verl  # noqa: F401 - loads our plugin, which registers the `cpu` platform
 
 from verl_prime_lora.cpu import detect, install, platform
 from verl_prime_lora.cpu.zmq_checkpoint_engine import ZmqCheckpointEngine
-from verl_prime_lora.tiny import write_assets
+from verl_prime_lora.tools.tiny import write_assets
 
 pytestmark = pytest.mark.skipif(detect.accelerator_present(), reason="checks the CPU-only host path")
 

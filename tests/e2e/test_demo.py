@@ -1,7 +1,7 @@
 """The README's main job as written: `examples/run_cpu_demo.sh` (what `make demo` runs).
 
 One real `main_ppo` run (LoRA actor, vLLM-CPU rollouts, the accuracy-band prompt filter, implicit PRM trained
-online, `prime_grpo`) on the warm-started tiny model of `verl_prime_lora.chain_task`, 10 steps long. Checked:
+online, `prime_grpo`) on the warm-started tiny model of `verl_prime_lora.demo.chain_task`, 10 steps long. Checked:
 * it learns: veRL's greedy validation accuracy rises by at least 10 points over its start (the test that
   catches a sign error, a LoRA update that never reaches vLLM, or a process term that drowns the outcome);
 * the PRM separates right from wrong answers: `prm/dpo_acc` (the reference implementations' pairwise
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from wandb_offline import offline_run_file, read_offline_history
 
-from verl_prime_lora.learning_run import is_val_accuracy_key
+from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "run_cpu_demo.sh"

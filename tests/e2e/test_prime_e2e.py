@@ -42,6 +42,7 @@ import pytest
 import torch
 from loop_runs import LORA_ALPHA, LORA_RANK, assert_trained_weights_reached_vllm, load_actor
 
+from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS, RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
@@ -312,6 +313,11 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
 
     steps = resumed["steps"]
     assert len(steps) == 1  # only step 3 was left
+    # the process gate's running mean continues from step 2's (saved with the checkpoint), not from ½
+    saved = json.loads((first["ckpt"] / "global_step_2" / "prime_state.json").read_text())["prm_pairwise_ema"]
+    assert saved == pytest.approx(first["steps"][1]["prm/dpo_acc_before_mixed_ema"])
+    expected = ema(saved, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
+    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected)
     for key in REQUIRED_PRM_METRICS:
         assert math.isfinite(steps[0][key]), key
     assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode

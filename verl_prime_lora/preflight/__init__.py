@@ -13,7 +13,7 @@ What sits where (veRL 0.9.1 V1 trainer, FSDP engine; every worker group is its o
 
 * trainer pool (`trainer.n_gpus_per_node × trainer.nnodes` GPUs, FSDP shards over all of them, or
   `fsdp_size`): the actor; the PRM (`prime.prm`, veRL's `TrainingWorker`); a frozen PRM reference only
-  when `verl_prime_lora.trainer.reference_source` picks one (a full-parameter PRM that does not start
+  when `verl_prime_lora.algo.run_config.reference_source` picks one (a full-parameter PRM that does not start
   from a LoRA actor's base; the seed borrows the LoRA actor with its adapter off, so it has none); veRL's
   actor reference only with a KL term and a non-LoRA actor.
 * rollout: the split trainers (`separate_async`) have a standalone pool

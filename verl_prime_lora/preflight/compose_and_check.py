@@ -24,8 +24,8 @@ def check_config(cfg: Any) -> None:
     import verl.utils.config as verl_config
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
-    from verl_prime_lora.config_checks import validate_prime_config
-    from verl_prime_lora.input_checks import check_devices
+    from verl_prime_lora.checks.config_checks import validate_prime_config
+    from verl_prime_lora.checks.input_checks import check_devices
 
     validate_prime_config(cfg, check_tokenizers=False)
     validate = getattr(verl_config.validate_config, "__wrapped__", verl_config.validate_config)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.config_checks import PRECISION_NAMES
+from verl_prime_lora.checks.config_checks import PRECISION_NAMES
 from verl_prime_lora.preflight.errors import PreflightConfigError
 from verl_prime_lora.preflight.model_shape import ModelShape
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.preflight.config_values import select
 from verl_prime_lora.preflight.errors import PreflightConfigError
 from verl_prime_lora.preflight.layout import Layout, layout_from_config
 from verl_prime_lora.preflight.report import Report, estimate
-from verl_prime_lora.prime_config import prime_config
 
 
 def candidate_knobs(cfg: Any, layout: Layout, util_grid: bool = True) -> list[tuple[str, list[tuple[str, Any]]]]:

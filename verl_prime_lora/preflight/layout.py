@@ -1,7 +1,7 @@
 """The layout a composed config asks for: the models' shapes, every worker's engine and the rollout.
 
 Reads the config only (and the models' `config.json`: no weights, nothing downloaded). `prime.*` comes
-typed from `verl_prime_lora.prime_config`; `prime.prm.model.*` and `prime.prm.engine.*` (veRL's own schemas,
+typed from `verl_prime_lora.algo.prime_config`; `prime.prm.model.*` and `prime.prm.engine.*` (veRL's own schemas,
 untyped there) and veRL's keys are read from the config as they are.
 """
 
@@ -11,12 +11,21 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from verl_prime_lora.algo.prime_config import PrimeConfigError, prime_config
+from verl_prime_lora.algo.run_config import (
+    REF_FROZEN,
+    actor_lora_rank,
+    actor_uses_lora,
+    has_standalone_rollout,
+    prm_is_lora,
+    reference_source,
+    trainer_mode,
+)
 from verl_prime_lora.preflight.config_values import dtype_bytes, load_model_shape, micro_batch_tokens, select
 from verl_prime_lora.preflight.errors import PreflightConfigError
 from verl_prime_lora.preflight.model_shape import ModelShape, lora_targets
 from verl_prime_lora.preflight.vllm_memory import RolloutSpec
 from verl_prime_lora.preflight.worker_memory import EngineSpec
-from verl_prime_lora.prime_config import PrimeConfigError, prime_config
 
 
 @dataclass
@@ -44,10 +53,6 @@ def layout_from_config(cfg: Any) -> Layout:
     """Reads the composed config into a `Layout` (no weights, only the models' config.json)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
-    from verl_prime_lora.config_checks import PRIME_TRAINERS, actor_uses_lora
-    from verl_prime_lora.prm_worker import prm_is_lora
-    from verl_prime_lora.trainer import REF_FROZEN, reference_source
-
     for key in ("actor_rollout_ref.actor.strategy", "prime.prm.engine.strategy"):
         if select(cfg, key, "fsdp") not in ("fsdp", "fsdp2"):
             raise PreflightConfigError(
@@ -62,8 +67,8 @@ def layout_from_config(cfg: Any) -> Layout:
     nodes = int(select(cfg, "trainer.nnodes", 1))
     per_node = int(select(cfg, "trainer.n_gpus_per_node", 1))
     trainer_gpus = nodes * per_node
-    mode = str(select(cfg, "trainer.v1.trainer_mode", "sync"))
-    standalone = bool(select(cfg, "trainer.use_v1", True)) and PRIME_TRAINERS.get(mode, mode) == "separate_async"
+    mode = trainer_mode(cfg)
+    standalone = has_standalone_rollout(cfg)
     r_nodes = int(select(cfg, "actor_rollout_ref.rollout.nnodes", 0)) if standalone else 0
     r_per_node = int(select(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) if standalone else 0
     temperature = float(select(cfg, "actor_rollout_ref.rollout.temperature", 1.0))
@@ -81,9 +86,7 @@ def layout_from_config(cfg: Any) -> Layout:
 
     # -- actor ---------------------------------------------------------------------------------------
     a_eng = "actor_rollout_ref.actor.fsdp_config"
-    lora_rank = int(select(cfg, "actor_rollout_ref.model.lora.rank", 0) or 0) or int(
-        select(cfg, "actor_rollout_ref.model.lora_rank", 0) or 0
-    )
+    lora_rank = actor_lora_rank(cfg)
     actor_lora = actor_uses_lora(cfg)
     if actor_lora and lora_rank <= 0:
         notes.append("actor: a LoRA adapter from lora_adapter_path, rank unknown here: counted as rank 32")

@@ -1,6 +1,6 @@
 """Step-by-step chain arithmetic, and a tiny Qwen2 warm-started on it by SFT, so that RL has room to improve.
 
-`python -m verl_prime_lora.chain_task --out DIR` writes (all offline, on CPU, in a few minutes at most)
+`python -m verl_prime_lora.demo.chain_task --out DIR` writes (all offline, on CPU, in a few minutes at most)
 
 - `DIR/model/`: the shape of `tiny.build_model` (Qwen2ForCausalLM, hidden 64, 2 layers) with a byte-level BPE
   tokenizer (`tiny.build_tokenizer`) trained on this task's chat text, fine-tuned with transformers' `Trainer`
@@ -29,7 +29,7 @@ as `7+5-3+8`, generated so that every running total stays in `TOTAL_RANGE` = [0,
 appears anywhere (with single digits and at most 5 operands totals stay <= 45, so in practice only the
 lower bound binds). The worked solution writes every running total, `<think>7+5=12, 12-3=9, 9+8=17</think>
 \\boxed{17}`, so one wrong step makes a wrong answer; the shortcut writes only `7+5-3+8=17`.
-`verl_prime_lora.reward.compute_score` grades it.
+`verl_prime_lora.rewards.math_format.compute_score` grades it.
 
 Splits are disjoint by question string: `sft_eval` (the held-out set the SFT stop rule measures), the RL
 `test` set, the RL `train` set. The SFT data are freshly generated and never hold an `sft_eval` or `test`
@@ -59,8 +59,8 @@ import torch  # noqa: E402
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from verl_prime_lora import __version__  # noqa: E402
-from verl_prime_lora.reward import compute_score  # noqa: E402
-from verl_prime_lora.tiny import ABILITY, build_model, build_tokenizer  # noqa: E402
+from verl_prime_lora.rewards.math_format import compute_score  # noqa: E402
+from verl_prime_lora.tools.tiny import ABILITY, build_model, build_tokenizer  # noqa: E402
 
 DATA_SOURCE = "prime_lora/chain_arithmetic"
 INSTRUCTION = "Think step by step inside <think> </think>, then give the final answer as \\boxed{answer}."

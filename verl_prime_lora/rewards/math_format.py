@@ -2,7 +2,7 @@
 
 Plug it in with::
 
-    reward.custom_reward_function.path=pkg://verl_prime_lora.reward
+    reward.custom_reward_function.path=pkg://verl_prime_lora.rewards.math_format
     reward.custom_reward_function.name=compute_score
     +reward.custom_reward_function.reward_kwargs.accuracy_weight=2.0   # optional; keys: see compute_score
 
@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from verl_prime_lora.reward_info import LABEL_UNKNOWN_KEY
+from verl_prime_lora.rewards.reward_info import LABEL_UNKNOWN_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ def _serve(conn) -> None:
 
 
 class _Verifier:
-    """One verifier process, ``python -m verl_prime_lora.reward <fd>``, and the socket it answers on.
+    """One verifier process, ``python -m verl_prime_lora.rewards.math_format <fd>``, and the socket it answers on.
 
     A plain subprocess rather than multiprocessing: nothing of the host process (its ``__main__``, its
     threads, whether it is itself a daemon) is involved in starting it.
@@ -329,7 +329,7 @@ def _verify(gold: str, answer: str, timeout_s: float, workers: int) -> tuple[str
     except Exception as exc:  # noqa: BLE001 - a verifier failure is a counted reason, never a crash
         if type(exc) not in _LOGGED_ERRORS:  # the traceback once per error type; counts go through _record
             _LOGGED_ERRORS.add(type(exc))
-            logger.exception("verl_prime_lora.reward: math-verify process failed")
+            logger.exception("verl_prime_lora.rewards.math_format: math-verify process failed")
         return VERIFIER_ERROR, ""
 
 

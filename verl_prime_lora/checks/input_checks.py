@@ -69,8 +69,18 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verl_prime_lora.config_checks import PRIME_TRAINERS, check_prm_tokenizer, training_ranks
-from verl_prime_lora.prime_config import prime_config
+from verl_prime_lora.algo.prime_config import prime_config
+from verl_prime_lora.algo.run_config import (
+    has_standalone_rollout,
+    is_prime_trainer,
+    prm_checkpoint_dir,
+    resume_folder,
+    reward_pool_gpus,
+    rollout_pool_gpus,
+    trainer_mode,
+    training_ranks,
+)
+from verl_prime_lora.checks.config_checks import check_prm_tokenizer
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
 # standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
@@ -80,7 +90,7 @@ DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 # veRL's default scorer runs the response as code for these sources: no dry run of code here.
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
-PROMPT_FILTER_SAMPLER = "verl_prime_lora.prompt_filter"
+PROMPT_FILTER_SAMPLER = "verl_prime_lora.integration.prompt_filter"
 FIRST_ROWS = 4
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
@@ -98,22 +108,18 @@ def _fail(key: str, message: str) -> NoReturn:
     raise InputCheckError(f"{key}: {message}")
 
 
-def _is_prime_trainer(config: Any) -> bool:
-    return _get(config, "trainer.v1.trainer_mode") in PRIME_TRAINERS
-
-
 def check_inputs(config: Any) -> None:
     """Run every check of this module (see the module docstring); raise `InputCheckError` on the first failure."""
     if not isinstance(config, DictConfig):
         return
     check_devices(config)
     check_model_paths(config)
-    if _is_prime_trainer(config):
+    if is_prime_trainer(config):
         check_prm_tokenizer(config)
     first_row = check_data_files(config)
     if first_row is not None:
         dry_run_reward(config, *first_row)
-    if _is_prime_trainer(config):
+    if is_prime_trainer(config):
         check_agent_loops(config)
     check_resume_checkpoint(config)
 
@@ -124,19 +130,11 @@ def check_inputs(config: Any) -> None:
 
 
 def check_devices(config: Any) -> None:
-    mode = _get(config, "trainer.v1.trainer_mode", "sync")
-    split = bool(_get(config, "trainer.use_v1", True)) and PRIME_TRAINERS.get(mode, mode) == "separate_async"
-    trainer_gpus = int(_get(config, "trainer.n_gpus_per_node", 0)) * int(_get(config, "trainer.nnodes", 0))
-    rollout_gpus = 0
-    if split:
-        rollout_gpus = int(_get(config, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) * int(
-            _get(config, "actor_rollout_ref.rollout.nnodes", 0)
-        )
-    reward_gpus = 0
-    if _get(config, "reward.reward_model.enable_resource_pool", False):
-        reward_gpus = int(_get(config, "reward.reward_model.n_gpus_per_node", 0)) * int(
-            _get(config, "reward.reward_model.nnodes", 0)
-        )
+    mode = trainer_mode(config)
+    split = has_standalone_rollout(config)
+    trainer_gpus = training_ranks(config)
+    rollout_gpus = rollout_pool_gpus(config)
+    reward_gpus = reward_pool_gpus(config)
     parts = [f"{trainer_gpus} for the trainer pool (trainer.n_gpus_per_node x trainer.nnodes)"]
     if split:
         parts.append(
@@ -228,7 +226,7 @@ def _check_folder(key: str, value: Any, need_config: bool, need_tokenizer: bool)
 
 def check_model_paths(config: Any) -> None:
     prefixes = ["actor_rollout_ref.model"]
-    if _is_prime_trainer(config) and _get(config, "prime.prm") is not None:
+    if is_prime_trainer(config) and _get(config, "prime.prm") is not None:
         prefixes.append("prime.prm.model")
     seen: set[tuple[str, bool, bool]] = set()
     for prefix in prefixes:
@@ -391,7 +389,7 @@ def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | No
 
 def _required_info_keys(config: Any) -> list[tuple[str, str]]:
     required = []
-    if _is_prime_trainer(config):
+    if is_prime_trainer(config):
         required.append(("prime.prm.label_key", prime_config(config).prm.label_key))
     if PROMPT_FILTER_SAMPLER in str(_get(config, "trainer.v1.sampler.custom_sampler.path", "")):
         key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
@@ -540,9 +538,6 @@ def _shard_world_sizes(folder: Path) -> list[int]:
 
 def check_resume_checkpoint(config: Any) -> None:
     """Refuse a resume whose checkpoint cannot load on this run's ranks, or lacks the PRM (see module doc)."""
-    from verl_prime_lora.prm_worker import prm_checkpoint_dir
-    from verl_prime_lora.trainer import resolve_resume_folder
-
     mode = _get(config, "trainer.resume_mode", "auto")
     if mode == "auto":
         from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
@@ -550,13 +545,13 @@ def check_resume_checkpoint(config: Any) -> None:
         local_dir = os.path.abspath(str(_get(config, "trainer.default_local_dir", ".")))
         if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
             return  # a fresh start (veRL's lookup would print that the tracker is missing)
-    folder = resolve_resume_folder(config.trainer)
+    folder = resume_folder(config)
     if folder is None or not os.path.isdir(folder):
         return  # a fresh start, or a resume_path veRL itself refuses
     key = "trainer.resume_from_path" if mode == "resume_path" else "trainer.default_local_dir"
     ranks = training_ranks(config)
     parts = [("actor", Path(folder) / "actor")]
-    if _is_prime_trainer(config):
+    if is_prime_trainer(config):
         prm = Path(prm_checkpoint_dir(folder))
         if not prm.is_dir():
             _fail(

@@ -32,9 +32,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 
-from verl_prime_lora.core_algos import prm_bce_loss, prm_sequence_logits
-from verl_prime_lora.prime_config import PrmConfig, prime_config
-from verl_prime_lora.reward_info import label_unknown, reward_extra_info
+from verl_prime_lora.algo.core_algos import prm_bce_loss, prm_sequence_logits
+from verl_prime_lora.algo.prime_config import PrmConfig, prime_config
+from verl_prime_lora.algo.run_config import PRM_TEMPERATURE, lora_dropout, prm_is_lora
+from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ PRM_WEIGHT_FIELD = (
     "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
 )
 PRM_ROW_FIELD = "prm_row"  # the row's index in the step's batch, repeated likewise (to place captured log-probs)
-PRM_TEMPERATURE = 1.0
 # prm_loss's metric carrying the log-probs of its forward, when the update is asked to capture them
 CAPTURED_LOG_PROBS = "prm_captured_log_probs"
 
@@ -158,16 +158,6 @@ def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int
 # ---------------------------------------------------------------------------------------------
 
 
-def prm_node(config: DictConfig) -> DictConfig:
-    """The `prime.prm` node of a composed config (its veRL sections: model, engine, optim, checkpoint)."""
-    return config.prime.prm
-
-
-def prm_is_lora(prm_cfg: DictConfig) -> bool:
-    model = prm_cfg.model
-    return int(model.get("lora_rank", 0) or 0) > 0 or model.get("lora_adapter_path") is not None
-
-
 def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forward_only: bool = False):
     """`prime.prm` → veRL `TrainingWorkerConfig` for the PRM (or, `forward_only`, its frozen reference)."""
     from verl.trainer.config import CheckpointConfig
@@ -213,8 +203,6 @@ def model_dropout(model_cfg: DictConfig) -> float:
     `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
     from transformers import AutoConfig
 
-    from verl_prime_lora.verl_patches import lora_dropout_from_model_config
-
     try:
         hf_config = AutoConfig.from_pretrained(
             str(model_cfg.path), trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
@@ -233,7 +221,7 @@ def model_dropout(model_cfg: DictConfig) -> float:
         ),
         default=0.0,
     )
-    adapter = lora_dropout_from_model_config(model_cfg)
+    adapter = lora_dropout(model_cfg)
     if adapter == 0 and model_cfg.get("lora_adapter_path") is not None:
         adapter = saved_adapter_dropout(str(model_cfg.lora_adapter_path))
     return max(model, adapter)
@@ -247,11 +235,6 @@ def saved_adapter_dropout(adapter_path: str) -> float:
     except (OSError, ValueError) as exc:
         logger.info("PRM: cannot read %s/adapter_config.json (%s); its dropout is taken as unknown", adapter_path, exc)
         return 1.0
-
-
-def prm_checkpoint_dir(global_step_folder: str) -> str:
-    """The PRM nests inside veRL's step folder: `<default_local_dir>/global_step_N/prm`."""
-    return os.path.join(global_step_folder, "prm")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +287,7 @@ class ImplicitPRM:
         from verl.workers.engine_workers import TrainingWorker
 
         self.config = config
-        self.cfg = prm_node(config)
+        self.cfg = config.prime.prm
         self.prm = prime_config(config).prm
         self.is_lora = prm_is_lora(self.cfg)
 
@@ -420,7 +403,7 @@ def labels_from_extra_fields(extra_fields: list[Any], unlabelled: list[bool], la
             raise KeyError(
                 f"prime.prm.label_key: row {i} has no reward_extra_info[{label_key!r}] (keys: {sorted(info)}); "
                 "the reward function must return the outcome accuracy under this key "
-                "(reward.custom_reward_function.path=pkg://verl_prime_lora.reward returns `acc`)."
+                "(reward.custom_reward_function.path=pkg://verl_prime_lora.rewards.math_format returns `acc`)."
             )
         labels.append(float(info[label_key]))
     return torch.tensor(labels, dtype=torch.float32)

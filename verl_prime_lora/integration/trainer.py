@@ -25,6 +25,7 @@ behave exactly like the veRL trainer they extend apart from the hooks above.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -42,12 +43,10 @@ from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
-from verl_prime_lora.config_checks import actor_uses_lora, step_batch_rows, validate_prime_config
-from verl_prime_lora.core_algos import (
+from verl_prime_lora.algo.core_algos import (
     GATE_EMA_DECAY,
     balanced_label_weights,
     ema,
@@ -59,12 +58,24 @@ from verl_prime_lora.core_algos import (
     prm_sequence_logits,
     process_gate_weight,
 )
-from verl_prime_lora.prime_config import PrmConfig, advantage_config, prime_config
-from verl_prime_lora.prm_worker import (
+from verl_prime_lora.algo.prime_config import PrmConfig, advantage_config, prime_config
+from verl_prime_lora.algo.run_config import (
+    PRM_TEMPERATURE,
+    REF_ACTOR_BASE,
+    REF_ACTOR_REF,
+    REF_FROZEN,
+    REF_POLICY_OLD,
+    REF_POLICY_T1,
+    prime_state_file,
+    prm_checkpoint_dir,
+    reference_source,
+    resume_folder,
+)
+from verl_prime_lora.checks.config_checks import step_batch_rows, validate_prime_config
+from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
     PRM_ROW_FIELD,
-    PRM_TEMPERATURE,
     PRM_WEIGHT_FIELD,
     ImplicitPRM,
     assemble_captured_log_probs,
@@ -73,48 +84,14 @@ from verl_prime_lora.prm_worker import (
     log_prob_meta,
     model_dropout,
     nested_rows,
-    prm_checkpoint_dir,
-    prm_is_lora,
     read_response_log_probs,
     unlabelled_rows,
     update_forward_is_pre_update,
 )
-from verl_prime_lora.reward_failures import account_rollouts
-from verl_prime_lora.reward_info import label_unknown
+from verl_prime_lora.integration.reward_failures import account_rollouts
+from verl_prime_lora.rewards.reward_info import label_unknown
 
 logger = logging.getLogger(__name__)
-
-# Where the PRM's reference log-probs come from (chosen once, logged, see `reference_source`).
-REF_PRM_ADAPTER_OFF = "prm_adapter_off"  # LoRA PRM, adapter disabled: its initial weights, no copy
-REF_ACTOR_REF = "actor_ref_log_prob"  # veRL's own ref log-probs, reused (same init, temperature 1)
-REF_ACTOR_BASE = "actor_adapter_off_t1"  # LoRA actor with adapter off at temperature 1 (= PRM init)
-REF_FROZEN = "frozen_prm_copy"  # a forward-only copy of the PRM's initial weights
-REF_POLICY_OLD = "actor_old_log_probs"  # `policy`: veRL's old log-probs, reused (temperature 1)
-REF_POLICY_T1 = "actor_policy_t1"  # `policy`: the actor recomputed at temperature 1
-
-
-def reference_source(config: DictConfig, use_reference_policy: bool) -> str:
-    """The cheapest correct source of log π_ref for the PRM's implicit reward.
-
-    `init` — the PRM's initial weights: a LoRA PRM disables its adapter; a full-parameter PRM that
-    starts from the (LoRA) actor's base borrows the actor with its adapter off (veRL's ref
-    log-probs when they exist at temperature 1, else one extra actor forward at temperature 1);
-    otherwise a frozen copy. `policy` — the rollout policy's old log-probs at temperature 1.
-    veRL computes old/ref log-probs at the rollout temperature (trainer_base.py:1654, 1701), so they
-    are reused only when that temperature is 1.0.
-    """
-    prm = config.prime.prm
-    rollout = config.actor_rollout_ref.rollout
-    t_is_one = float(rollout.temperature) == PRM_TEMPERATURE
-    bypass = bool((config.algorithm.get("rollout_correction") or {}).get("bypass_mode", False))
-    if prime_config(config).prm.reference == "policy":
-        return REF_POLICY_OLD if t_is_one and not bypass else REF_POLICY_T1
-    if prm_is_lora(prm):
-        return REF_PRM_ADAPTER_OFF
-    same_init = str(prm.model.path) == str(config.actor_rollout_ref.model.path)
-    if same_init and actor_uses_lora(config):
-        return REF_ACTOR_REF if use_reference_policy and t_is_one else REF_ACTOR_BASE
-    return REF_FROZEN
 
 
 @dataclass(frozen=True)
@@ -127,6 +104,17 @@ class PrmPasses:
 
     def total(self) -> int:
         return self.prm_forward + self.prm_train + self.reference_forward
+
+
+@dataclass
+class StepRows:
+    """What the accounting of a step's batch found, per row: the PRM label (0/1), whether the row is labelled (a
+    response with a decided reward: the PRM trains and is measured on it), and the response length."""
+
+    labels: torch.Tensor  # (B,)
+    labelled: torch.Tensor  # (B,) 1.0 / 0.0
+    lengths: list[int]
+    response_mask_nested: torch.Tensor | None = None  # veRL's nested response mask, for the write-back
 
 
 def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool = False) -> tuple[PrmPasses, PrmPasses]:
@@ -155,24 +143,6 @@ def pre_update_from_update(prm: PrmConfig, dropout: float, batch_rows: int, n: i
     forward (`prime.prm.pre_update_log_probs` from_update or check, and exact:
     `prm_worker.update_forward_is_pre_update`, whose arguments these are)."""
     return prm.pre_update_log_probs != "forward" and update_forward_is_pre_update(prm, dropout, batch_rows, n)
-
-
-def resolve_resume_folder(trainer_cfg: DictConfig) -> str | None:
-    """The `global_step_N` folder veRL resumes from (mirrors PPOTrainer._load_checkpoint, 850-876)."""
-    mode = trainer_cfg.resume_mode
-    if mode == "disable":
-        return None
-    if mode == "auto":
-        folder = trainer_cfg.default_local_dir
-        if not os.path.isabs(folder):
-            folder = os.path.join(os.getcwd(), folder)
-        return find_latest_ckpt_path(folder)
-    if mode == "resume_path":
-        folder = trainer_cfg.resume_from_path
-        if not os.path.isabs(folder):
-            folder = os.path.join(os.getcwd(), folder)
-        return folder
-    return None
 
 
 def pad_nested(nested: torch.Tensor, width: int) -> torch.Tensor:
@@ -205,7 +175,7 @@ class PrimeTrainerMixin:
         super().__init__(config)
         self.prm: ImplicitPRM | None = None
         self.prm_reference = reference_source(config, self.use_reference_policy)
-        self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.prime_config)
+        self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.algo.prime_config)
         self.prime_advantage = advantage_config(config.algorithm)  # algorithm.prime.*, typed
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
 
@@ -255,11 +225,27 @@ class PrimeTrainerMixin:
             self._init_prm()
         super()._load_checkpoint()
         if self.global_steps > 0:
-            folder = resolve_resume_folder(self.config.trainer)
+            folder = resume_folder(self.config)
             if folder is not None:
+                self._load_prime_state(prime_state_file(folder))
                 path = prm_checkpoint_dir(folder)
                 logger.info("PRIME: restoring the PRM from %s", path)
                 self.prm.load(path, del_local_after_load=self.config.trainer.del_local_ckpt_after_load)
+
+    def _save_prime_state(self, path: str) -> None:
+        """What the next step reads besides the weights: the process gate's running mean."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"prm_pairwise_ema": self.prm_pairwise_ema}, f)
+
+    def _load_prime_state(self, path: str) -> None:
+        if not os.path.exists(path):
+            logger.warning("PRIME: %s is missing (a checkpoint older than the file); the gate restarts at 1/2", path)
+            return
+        with open(path) as f:
+            state = json.load(f)
+        self.prm_pairwise_ema = float(state["prm_pairwise_ema"])
+        logger.info("PRIME: restored %s from %s", state, path)
 
     def _save_checkpoint(self):
         trainer = self.config.trainer
@@ -275,6 +261,7 @@ class PrimeTrainerMixin:
         )
         with marked_timer("prm_save_checkpoint", getattr(self, "timing_raw", {})):
             self.prm.save(local, remote, self.global_steps, max_ckpt_to_keep=max_keep)
+        self._save_prime_state(prime_state_file(os.path.join(trainer.default_local_dir, step_dir)))
         super()._save_checkpoint()
 
     # -------------------------------------------------------------------------------------------
@@ -306,15 +293,19 @@ class PrimeTrainerMixin:
         return data.batch["old_log_probs"].float()
 
     def _compute_advantage(self, batch, metrics: dict):
-        timing = getattr(self, "timing_raw", {})
+        """veRL's advantage hook: the batch's accounting, the PRM step (process rewards), then the advantages."""
+        step = self._account_batch(batch, metrics)
+        data, process_rewards = self._prm_step(batch, step, metrics)
+        return self._advantage_step(batch, data, step, process_rewards, metrics)
 
-        # 0. the batch's accounting first, so a failed or refused batch stops before any PRM or reference forward
+    def _account_batch(self, batch, metrics: dict) -> StepRows:
+        """Failed and dropped rollouts counted (and the stop above `prime.max_failed_rollout_ratio`), multi-output
+        sessions refused: a failed or refused batch stops here, before any PRM or reference forward."""
         info = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"]
         )
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         extra_fields = list(info["extra_fields"])
-        # failed and dropped rollouts: metrics, and the stop above prime.max_failed_rollout_ratio (reward_failures)
         expected_prompts = self.config.data.train_batch_size // self.parameter_sync_step
         account = account_rollouts(
             batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts
@@ -322,7 +313,24 @@ class PrimeTrainerMixin:
         metrics.update(account.metrics())
         account.check(self.prime.max_failed_rollout_ratio, self.global_steps)
         refuse_multi_output_sessions(batch.keys, is_padding)
+        # a row whose reward failed, or whose outcome the reward could not decide (reward_info.label_unknown),
+        # has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
+        unlabelled = unlabelled_rows(is_padding, account.failed_rows, extra_fields)
+        metrics["prm/label_unknown_total"] = float(
+            sum(label_unknown(fields) and not pad for fields, pad in zip(extra_fields, is_padding, strict=True))
+        )
+        lengths = info["response_mask"].offsets().diff().tolist()
+        return StepRows(
+            labels=labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key),
+            labelled=labelled_rows(lengths, unlabelled),
+            lengths=lengths,
+        )
 
+    def _prm_step(self, batch, step: StepRows, metrics: dict) -> tuple[DataProto, torch.Tensor]:
+        """The PRM's part of a step: its log-probs before the update, the reference's, the update
+        (`prime.prm.update`), and the token process rewards r = β·(log π_φ − log π_ref)·m with the `prm/*`
+        metrics. Returns veRL's step data (padded) and the process rewards (B, T)."""
+        timing = getattr(self, "timing_raw", {})
         # 1. the PRM's log-probs before this step's update: from the update's own first forward where that is
         # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
         # before the reference on purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first
@@ -338,49 +346,41 @@ class PrimeTrainerMixin:
             with marked_timer("prm_forward", timing):
                 prm_lp = self.prm.log_probs(batch)
 
-        # 2. reference log-probs and labels for the PRM, into TQ (the PRM worker reads them there)
+        # 2. reference log-probs, labels and loss weights for the PRM, into TQ (the PRM worker reads them there)
         with marked_timer("prm_ref", timing):
             ref_lp = self._prm_reference_log_probs(batch)
-        # a row whose reward failed, or whose outcome the reward could not decide (reward_info.label_unknown),
-        # has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
-        unlabelled = unlabelled_rows(is_padding, account.failed_rows, extra_fields)
-        metrics["prm/label_unknown_total"] = float(
-            sum(label_unknown(fields) and not pad for fields, pad in zip(extra_fields, is_padding, strict=True))
-        )
-        labels = labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key)
-        lengths = info["response_mask"].offsets().diff().tolist()
-        responded = labelled_rows(lengths, unlabelled)[:, None]
-        weights = balanced_label_weights(labels, responded) if self.prime.prm.balance_labels else responded[:, 0]
+        labelled = step.labelled[:, None]
+        weights = balanced_label_weights(step.labels, labelled) if self.prime.prm.balance_labels else step.labelled
         prm_fields = {
             PRM_REF_FIELD: ref_lp,
-            PRM_LABEL_FIELD: nested_rows(labels, lengths),
-            PRM_WEIGHT_FIELD: nested_rows(weights, lengths),
+            PRM_LABEL_FIELD: nested_rows(step.labels, step.lengths),
+            PRM_WEIGHT_FIELD: nested_rows(weights, step.lengths),
         }
         if capture:
-            prm_fields[PRM_ROW_FIELD] = nested_rows(torch.arange(len(lengths), dtype=torch.float32), lengths)
+            rows = torch.arange(len(step.lengths), dtype=torch.float32)
+            prm_fields[PRM_ROW_FIELD] = nested_rows(rows, step.lengths)
         tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(prm_fields, batch_size=len(batch))
         )
 
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        response_mask_nested = data["response_mask"]
+        step.response_mask_nested = data["response_mask"]
         data = DataProto(batch=data.to_padded_tensor())
         data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
         mask = data.batch["response_mask"].float()
         width = mask.shape[-1]
         ref_pad = pad_nested(ref_lp, width).float()
-        uid = data.non_tensor_batch["uid"]
 
+        # 3. the PRM update per mode (the pre-update log-probs from its first forward when `capture`);
+        # `before` recomputes the rewards with the updated PRM
         prm_before = None if prm_lp is None else pad_nested(prm_lp, width).float()
         prm_used, update_metrics = None, {}
-        # 3. PRM update per mode (the pre-update log-probs from its first forward when `capture`);
-        # `before` recomputes the rewards with the updated PRM
         if self.prime.prm.update != "none":
             with marked_timer("prm_update", timing):
                 update_metrics, captured = self.prm.update(batch, capture=capture)
             if capture:
-                from_update = assemble_captured_log_probs(captured, lengths, width)
+                from_update = assemble_captured_log_probs(captured, step.lengths, width)
                 if prm_before is None:
                     prm_before = from_update
                 else:  # `check`: the separate forward's are used
@@ -392,23 +392,27 @@ class PrimeTrainerMixin:
         if prm_used is None:
             prm_used = prm_before
 
-        # 4. token process rewards r = β·(log π_φ − log π_ref)·m, and the PRM metrics
+        # 4. token process rewards and the PRM metrics
         process_rewards, prm_metrics = prm_rewards_and_metrics(
             prm_before,
             prm_used,
             ref_pad,
             mask,
-            labels,
-            uid,
+            step.labels,
+            data.non_tensor_batch["uid"],
             self.prime.prm.beta,
             update_metrics,
-            labelled=responded[:, 0],
+            labelled=step.labelled,
             center=self.prime.prm.center_log_ratio,
             policy=self._policy_log_probs_t1(data),
         )
         metrics.update(prm_metrics)
+        return data, process_rewards
 
-        # 5. advantages: veRL's own pre-processing (trainer_base.py:1751-1773), then the estimator
+    def _advantage_step(self, batch, data: DataProto, step: StepRows, process_rewards: torch.Tensor, metrics: dict):
+        """veRL's own pre-processing (trainer_base.py:1751-1773: KL in reward, rollout correction), the process
+        gate, the estimator named by `algorithm.adv_estimator`, and the write-back of exactly the fields veRL's
+        `_compute_advantage` writes (trainer_base.py:1786-1800)."""
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         if self.config.algorithm.use_kl_in_reward:
             data, kl_metrics = apply_kl_penalty(
@@ -433,12 +437,11 @@ class PrimeTrainerMixin:
             self.config.algorithm,
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
-            uid,
+            data.non_tensor_batch["uid"],
             process_rewards,
             process_scale=gate,
         )
 
-        # 6. write back exactly what veRL's _compute_advantage writes (trainer_base.py:1786-1800)
         out_fields = ["advantages", "returns"]
         if self.config.algorithm.use_kl_in_reward:
             out_fields.append("token_level_rewards")
@@ -446,7 +449,7 @@ class PrimeTrainerMixin:
             out_fields.append("response_mask")
             if "rollout_is_weights" in data.batch:
                 out_fields.append("rollout_is_weights")
-        output = {f: response_to_nested(data.batch[f], response_mask_nested) for f in out_fields}
+        output = {f: response_to_nested(data.batch[f], step.response_mask_nested) for f in out_fields}
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )

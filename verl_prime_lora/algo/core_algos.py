@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from verl_prime_lora.prime_config import AdvantageConfig, advantage_config, config_value
+from verl_prime_lora.algo.prime_config import AdvantageConfig, advantage_config, config_value
 
 # veRL's, bound at first call: importing this module does not import veRL (see verl_bindings).
-from verl_prime_lora.verl_bindings import get_adv_estimator_fn, masked_whiten, register_adv_est
+from verl_prime_lora.algo.verl_bindings import get_adv_estimator_fn, masked_whiten, register_adv_est
 
 # algorithm.prime's defaults (prime_config), for the functions below called without a config
 DEFAULT_EPSILON = AdvantageConfig.epsilon  # as veRL's grpo

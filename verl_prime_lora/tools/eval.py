@@ -1,16 +1,16 @@
 r"""pass@1 of a base model and its LoRA checkpoints on math benchmarks, with vLLM and math-verify.
 
-    python -m verl_prime_lora.eval --base MODEL_DIR \
+    python -m verl_prime_lora.tools.eval --base MODEL_DIR \
         --adapters ckpt/global_step_50/adapter ckpt/global_step_100/adapter \
         --benchmarks aime24=data/aime24.parquet amc=data/amc.parquet math500=data/math500.parquet \
         --n 4 --out results.json --plot accuracy.png
 
 pass@1 of one model on one benchmark = (1/P) Σ_p (1/n) Σ_k acc_{p,k}: n samples per problem, each
-judged by the training reward's verifier (`verl_prime_lora.reward.compute_score`, field ``acc``), so
+judged by the training reward's verifier (`verl_prime_lora.rewards.math_format.compute_score`, field ``acc``), so
 evaluation and training agree on what "correct" means. Benchmarks are veRL RL parquet files (as
 written by examples/data_preprocess/eval_sets.py): ``prompt`` (chat messages) and
 ``reward_model.ground_truth``. Adapters are PEFT folders (``adapter_config.json``; see
-`verl_prime_lora.export_adapter` for veRL checkpoints). One vLLM engine serves the base model and
+`verl_prime_lora.tools.export_adapter` for veRL checkpoints). One vLLM engine serves the base model and
 every adapter (LoRA requests), so the base weights load once.
 
 Prints a table (one row per model, one column per benchmark and their average), writes JSON with the
@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from verl_prime_lora.reward import compute_score
+from verl_prime_lora.rewards.math_format import compute_score
 
 BASE_LABEL = "base"
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
@@ -189,7 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not (Path(adapter) / "adapter_config.json").is_file():
             parser.error(
                 f"--adapters: {adapter} has no adapter_config.json (export veRL checkpoints with "
-                "python -m verl_prime_lora.export_adapter)"
+                "python -m verl_prime_lora.tools.export_adapter)"
             )
     return args
 

@@ -2,7 +2,7 @@
 
 `python -m verl_prime_lora.demo [--out demo_out] [-- HYDRA_OVERRIDE ...]` (what `make demo` runs):
 
-1. builds (or reuses) the warm-started tiny Qwen2 and its data (`verl_prime_lora.chain_task`);
+1. builds (or reuses) the warm-started tiny Qwen2 and its data (`verl_prime_lora.demo.chain_task`);
 2. runs the real `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,prompt_filter,cpu]` on it —
    LoRA actor, vLLM-CPU rollouts, the accuracy-band prompt filter, implicit PRM trained online, `prime_grpo`
    advantages — printing one line per step (validation accuracy, the share of prompts kept, batch accuracy,
@@ -25,8 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from verl_prime_lora import chain_task
-from verl_prime_lora.learning_run import DEMO_RECIPES, ESTIMATORS, LearningRun, plot_runs, run_learning, summarize
+from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, LearningRun, plot_runs, run_learning, summarize
 
 DEFAULT_STEPS = 15
 DEFAULT_TEST_FREQ = 5
@@ -100,7 +100,3 @@ def main(argv: list[str] | None = None) -> int:
     print("[3/3] before / after\n" + before_after_table(run))
     print(f"plot: {plot}\nmetrics: {run.log.parent / 'metrics.jsonl'}\nsummary: {out / 'summary.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

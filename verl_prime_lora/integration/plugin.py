@@ -12,7 +12,7 @@ import importlib
 import logging
 import warnings
 
-from verl_prime_lora.verl_bindings import register_recorded_estimators
+from verl_prime_lora.algo.verl_bindings import register_recorded_estimators
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +30,10 @@ warnings.filterwarnings(
 REGISTERING_MODULES = (
     # first: modules below import veRL engines that read the platform at import time
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
-    "verl_prime_lora.hydra_search_path",  # `+recipe=prime_lora` config group
-    "verl_prime_lora.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
-    "verl_prime_lora.verl_patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
-    "verl_prime_lora.trainer",  # `prime_sync` / `prime_separate_async` V1 trainers
+    "verl_prime_lora.integration.hydra_search_path",  # `+recipe=prime_lora` config group
+    "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
+    "verl_prime_lora.integration.patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
+    "verl_prime_lora.integration.trainer",  # `prime_sync` / `prime_separate_async` V1 trainers
 )
 
 

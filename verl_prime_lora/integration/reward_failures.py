@@ -46,9 +46,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_prime_lora.config_checks import PRIME_TRAINERS
-from verl_prime_lora.prime_config import prime_config
-from verl_prime_lora.reward_info import reward_extra_info
+from verl_prime_lora.algo.prime_config import prime_config
+from verl_prime_lora.algo.run_config import PRIME_TRAINERS
+from verl_prime_lora.rewards.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Reading a row's ``reward_extra_info`` back from veRL's TransferQueue, without the reward's dependencies.
 
 The PRM worker and the prompt filter run in Ray workers that need only this reader; importing
-`verl_prime_lora.reward` (math-verify, sympy) there would cost every worker those imports.
+`verl_prime_lora.rewards.math_format` (math-verify, sympy) there would cost every worker those imports.
 """
 
 from typing import Any

@@ -1,16 +1,19 @@
-"""Every monkeypatch of veRL that PRIME needs (the CPU platform keeps its own in `cpu/patches.py`).
+"""Every monkeypatch of veRL that the plugin makes (the CPU platform keeps its own in `cpu/patches.py`).
 
 veRL 0.9.1 offers no hook for these four things, so each is a thin wrapper around one veRL function,
-applied once per process at `import verl` (this module is listed in `verl_plugin.REGISTERING_MODULES`),
-idempotent, and a no-op for configs that do not ask for it.
+applied once per process at `import verl` (`integration.plugin.REGISTERING_MODULES` imports this module),
+idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2 and 3 fix veRL
+for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
-   The wrapper runs `config_checks.validate_prime_config` first, then `input_checks.check_inputs`
-   (files, model folders, a reward dry run, the device layout), so a bad PRIME config or input fails
-   in seconds with a message naming the key, instead of minutes later inside a Ray actor. It works
-   because `python -m verl.trainer.main_ppo` executes `from verl.utils.config import validate_config`
-   (main_ppo.py:24) after `import verl` has loaded the plugins.
+   For a PRIME run the wrapper runs `config_checks.validate_prime_config` first, then
+   `input_checks.check_inputs` (devices, model folders, data files, a reward dry run, the resumed
+   checkpoint), so a bad PRIME config or input fails before Ray with a message naming the key, instead
+   of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...` that did not
+   resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
+   verl.trainer.main_ppo` executes `from verl.utils.config import validate_config` (main_ppo.py:24)
+   after `import verl` has loaded the plugins.
 
 2. `install_lora_dropout` wraps `FSDPEngine._build_lora_module`
    (`verl/workers/engine/fsdp/transformer_impl.py:339-383`), whose `LoraConfig` (line 359-368) has no
@@ -31,7 +34,7 @@ idempotent, and a no-op for configs that do not ask for it.
    (`verl/experimental/reward_loop/reward_loop.py:145-155`), the one call through which the agent loop
    (`agent_loop.py:1026`) and the colocated reward path (`compute_score_batch`, `reward_loop.py:138-143`)
    score each rollout. For PRIME trainers an exception there becomes a counted failed row instead of
-   a dropped rollout with a traceback each (`verl_prime_lora.reward_failures`), and
+   a dropped rollout with a traceback each (`verl_prime_lora.integration.reward_failures`), and
    `compute_score_batch` gives a batch's failed rows the key set of its scored rows; other trainers
    are left as veRL has them.
 """
@@ -41,6 +44,8 @@ from __future__ import annotations
 import functools
 import logging
 from typing import Any
+
+from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +75,13 @@ def install_driver_validation() -> None:
 
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
-        from verl_prime_lora.config_checks import validate_prime_config
-        from verl_prime_lora.input_checks import check_inputs
+        from verl_prime_lora.checks.config_checks import check_stray_recipe, validate_prime_config
+        from verl_prime_lora.checks.input_checks import check_inputs
 
-        validate_prime_config(config, check_tokenizers=False)  # the config's keys first: no file is read
-        check_inputs(config)  # devices, model folders (+ the PRM tokenizer), data files, reward dry run
+        check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
+        if is_prime_run(config):
+            validate_prime_config(config, check_tokenizers=False)  # the config's keys first: no file is read
+            check_inputs(config)  # devices, model folders (+ the PRM tokenizer), data files, reward dry run
         return original(config, *args, **kwargs)
 
     verl_config.validate_config = _mark(validate_config)
@@ -83,16 +90,6 @@ def install_driver_validation() -> None:
 # ---------------------------------------------------------------------------------------------
 # 2. LoRA dropout on veRL's FSDP engine
 # ---------------------------------------------------------------------------------------------
-
-
-def lora_dropout_from_model_config(model_config: Any) -> float:
-    """`model.lora.dropout` of an HFModelConfig (dict or DictConfig), 0.0 when unset."""
-    lora = getattr(model_config, "lora", None) or {}
-    try:
-        value = lora.get("dropout", 0.0)
-    except AttributeError:
-        value = getattr(lora, "dropout", 0.0)
-    return float(value or 0.0)
 
 
 def apply_lora_dropout(peft_model: Any, p: float, adapter_name: str = "default") -> int:
@@ -127,7 +124,7 @@ def install_lora_dropout() -> None:
         @functools.wraps(original)
         def _build_lora_module(self, module):
             module = original(self, module)
-            p = lora_dropout_from_model_config(self.model_config)
+            p = lora_dropout(self.model_config)
             if p > 0:
                 n = apply_lora_dropout(module, p)
                 logger.info("verl-prime-lora: LoRA dropout %.3g on %d adapter layers", p, n)
@@ -184,7 +181,7 @@ _LABEL_KEY_ATTR = "_prime_guarded_label_key"  # cached on each RewardLoopWorker
 def install_reward_failure_guard() -> None:
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-    from verl_prime_lora.reward_failures import complete_key_sets, guarded_label_key, guarded_score
+    from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_label_key, guarded_score
 
     original = RewardLoopWorker.compute_score
     if _is_patched(original):

@@ -1,6 +1,6 @@
 """A tiny, random Qwen2-style model with a real tokenizer, and an arithmetic RL dataset — all offline.
 
-`python -m verl_prime_lora.tiny --out DIR` writes
+`python -m verl_prime_lora.tools.tiny --out DIR` writes
 
 - `DIR/model/`: a 2-layer, hidden-64 Qwen2ForCausalLM with random weights and a byte-level BPE
   tokenizer trained here on synthetic chat text (Qwen special tokens and chat template), so veRL,

@@ -4,13 +4,13 @@
 offending key. It is called
 
 * in the driver, from veRL's own `validate_config` (main_ppo.py:177, before `run_ppo` calls
-  `ray.init`), through the one wrapper installed by `verl_prime_lora.verl_patches` — veRL has no
+  `ray.init`), through the one wrapper installed by `verl_prime_lora.integration.patches` — veRL has no
   config hook before Ray starts; and
 * again in the PRIME trainers' `__init__` (inside the TaskRunner), for entry points that bypass
   `main_ppo.main`.
 
 The `prime.*` and `algorithm.prime.*` keys are checked by building their typed sections
-(`verl_prime_lora.prime_config`); the checks here are those that span sections. It only reads the
+(`verl_prime_lora.algo.prime_config`); the checks here are those that span sections. It only reads the
 config (plus the two tokenizers when the PRM has its own model/tokenizer path).
 Nothing here imports torch or Ray.
 """
@@ -23,34 +23,20 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_prime_lora.prime_config import PrimeConfigError, advantage_config, prime_config
-
-# trainer.v1.trainer_mode names registered by verl_prime_lora.trainer, and the veRL mode each extends.
-PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
-# Estimators that take PRIME's process rewards (registered by verl_prime_lora.core_algos).
-PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo", "prime")
+from verl_prime_lora.algo.prime_config import PrimeConfigError, advantage_config, prime_config
+from verl_prime_lora.algo.run_config import (
+    PRIME_ESTIMATORS,
+    PRIME_TRAINERS,
+    actor_uses_lora,
+    has_standalone_rollout,
+    is_prime_run,
+    training_ranks,
+)
 
 
 def _get(config: Any, path: str, default: Any = None) -> Any:
     value = OmegaConf.select(config, path, default=default) if isinstance(config, DictConfig) else default
     return default if value is None else value
-
-
-def _lora_rank(config: Any) -> int:
-    rank = int(_get(config, "actor_rollout_ref.model.lora.rank", 0) or 0)
-    if rank <= 0:
-        rank = int(_get(config, "actor_rollout_ref.model.lora_rank", 0) or 0)
-    return rank
-
-
-def training_ranks(config: Any) -> int:
-    """D = trainer.n_gpus_per_node x trainer.nnodes: the ranks the actor and the PRM are data-parallel over."""
-    return int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
-
-
-def actor_uses_lora(config: Any) -> bool:
-    """Mirrors veRL's `ref_in_actor` test (trainer_base.py:234-237)."""
-    return _lora_rank(config) > 0 or _get(config, "actor_rollout_ref.model.lora_adapter_path") is not None
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:
@@ -87,12 +73,12 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     the stray-`recipe` check), so plain veRL runs are unaffected.
     """
     check_stray_recipe(config)
+    if not is_prime_run(config):
+        return
     trainer_mode = _get(config, "trainer.v1.trainer_mode")
     estimator = _get(config, "algorithm.adv_estimator")
     prime_trainer = trainer_mode in PRIME_TRAINERS
     prime_estimator = estimator in PRIME_ESTIMATORS
-    if not prime_trainer and not prime_estimator:
-        return
 
     # 1. estimator <-> trainer pairing
     if prime_estimator and not prime_trainer:
@@ -124,9 +110,11 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
         )
 
     # 3. split placement: LoRA reaches vLLM only merged (veRL issue #7495)
-    base_mode = PRIME_TRAINERS.get(trainer_mode, trainer_mode)
-    split = base_mode == "separate_async" or not bool(_get(config, "actor_rollout_ref.hybrid_engine", True))
-    if split and actor_uses_lora(config) and not bool(_get(config, "actor_rollout_ref.model.lora.merge", False)):
+    if (
+        has_standalone_rollout(config)
+        and actor_uses_lora(config)
+        and not bool(_get(config, "actor_rollout_ref.model.lora.merge", False))
+    ):
         _fail(
             "actor_rollout_ref.model.lora.merge",
             "must be True when the actor is LoRA and rollout runs on its own GPUs "
@@ -135,7 +123,7 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
             "silently keep sampling the initial policy (veRL issue #7495).",
         )
 
-    # 4. prime.* and algorithm.prime.*: types, ranges and choices (verl_prime_lora.prime_config)
+    # 4. prime.* and algorithm.prime.*: types, ranges and choices (verl_prime_lora.algo.prime_config)
     if _get(config, "prime.prm") is None:
         _fail("prime.prm", "is missing; select the recipe with `+recipe=prime_lora` (or _colocated).")
     prm = prime_config(config).prm

@@ -1,6 +1,6 @@
 """Export the LoRA adapter of a veRL checkpoint as a PEFT folder (and, on request, merged weights).
 
-    python -m verl_prime_lora.export_adapter CKPT/global_step_N --out exported/global_step_N [--merged]
+    python -m verl_prime_lora.tools.export_adapter CKPT/global_step_N --out exported/global_step_N [--merged]
 
 veRL's trainer saves FSDP shards (``actor/model_world_size_W_rank_R.pt``), not a PEFT folder. veRL's
 own merger (`verl.model_merger`, FSDP backend) gathers the shards and splits them into the base
@@ -20,7 +20,7 @@ exact base.
 
 The merger records only r, alpha and the task type. ``lora_dropout`` comes from ``--lora_dropout``,
 else from the checkpoint's ``lora_train_meta.json`` (this plugin records it there, see
-verl_prime_lora/verl_patches.py); ``base_model_name_or_path`` from ``--base_model``. Dropout matters
+verl_prime_lora/integration/patches.py); ``base_model_name_or_path`` from ``--base_model``. Dropout matters
 only to continue training.
 """
 
