@@ -2,23 +2,43 @@
 #   make demo    the main job: PRIME on chain arithmetic on CPU (warm-started tiny Qwen2, ~8 min)
 #   make test    the test-suite (unit, packaging, CPU end-to-end runs, the main job as written)
 # Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (no e2e),
-# make lint (ruff check + format check, veRL's settings; part of make test).
+# make lint (ruff check + format check, veRL's settings; part of make test), make constraints (re-freeze
+# constraints/cpu.txt from .venv), make check-gpu-extra (does '.[gpu]' resolve? ~5 min of downloads; not in CI).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-cpu
 
-.PHONY: demo smoke test unit lint venv
+.PHONY: demo smoke test unit lint venv constraints check-gpu-extra
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
-$(STAMP): setup.py
+# setup.py holds ranges; constraints/cpu.txt the exact set tested here (see its header).
+$(STAMP): setup.py constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[cpu,test]' torch==2.13.0
+	$(PY) -m pip install -q -c constraints/cpu.txt -e '.[cpu,test]' torch==2.13.0
 	$(PY) -m verl_prime_lora.cpu.install
 	touch $(STAMP)
+
+# Re-freeze the exact CPU set from .venv as it is now (after installing a changed set into it), less what
+# verl_prime_lora.cpu.install adds (the `vllm` name shim) or removes (torch companions); the venv matches
+# the new file by construction, so the stamp is refreshed rather than reinstalling.
+constraints:
+	test -x $(PY) || { echo "no $(VENV): run make venv first" >&2; exit 1; }
+	mkdir -p constraints
+	{ echo "# The exact set \`make venv\` installs and tests on CPU (Python 3.11): pip constraints (-c), not requirements."; \
+	  echo "# Regenerate: \`make constraints\` (pip freeze --exclude-editable of .venv). Not pinned here: what python -m"; \
+	  echo "# verl_prime_lora.cpu.install adds or removes (vllm name shim; torchvision, torchaudio, torchcodec)."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(vllm|torchvision|torchaudio|torchcodec)=='; \
+	} > constraints/cpu.txt.new
+	mv constraints/cpu.txt.new constraints/cpu.txt
+	test ! -e $(STAMP) || touch $(STAMP)
+
+# Does the `gpu` extra resolve (pip --dry-run in a throwaway venv)? Downloads ~5 min of packages: not in make test.
+check-gpu-extra:
+	PYTHON=$(PYTHON) bash examples/check_gpu_extra.sh
 
 demo: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_demo.sh

