@@ -1,6 +1,6 @@
-# The two README commands. Both make (or reuse) the virtualenv .venv in the repo root.
-#   make demo    the main job: PRIME on chain arithmetic on CPU (warm-started tiny Qwen2, ~8 min)
-#   make test    the test-suite (unit, packaging, CPU end-to-end runs, the main job as written)
+# The README's two commands. Both make (or reuse) the virtualenv .venv in the repo root.
+#   make demo    the main job: PRIME on chain arithmetic on CPU (the CPU demo; warm-started tiny Qwen2)
+#   make test    the test-suite (unit, packaging, CPU end-to-end runs, the CPU demo as written)
 # Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (no e2e),
 # make lint (ruff check + format check, veRL's settings; part of make test), make constraints (re-freeze
 # constraints/cpu.txt from .venv), make check-gpu-extra (does '.[gpu]' resolve? ~5 min of downloads; not in CI).

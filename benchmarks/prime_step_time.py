@@ -2,17 +2,14 @@
 
 `python -m verl.trainer.main_ppo` runs, back to back, with identical overrides except:
 
-* PRIME, one run per `--pre-update` value (default: `from_update` then `forward`, the PRM's pre-update
-            log-probs from its update's first forward, or from a forward of their own as before):
-            `+recipe=<recipes>` as given (default `prime_lora_colocated`, plus `cpu` without CUDA) and
-            `prime.prm.pre_update_log_probs=<value>`;
+* PRIME: `+recipe=<recipes>` as given (default `prime_lora_colocated`, plus `cpu` without CUDA);
 * baseline: the same + `trainer.v1.trainer_mode=sync algorithm.adv_estimator=grpo` (veRL's own sync
             trainer and GRPO: no PRM worker group, no PRM forward/update).
 
 Reported per PRIME run: the median `timing_s/step` over the steps after the first (warm-up) and its
 ratio to the baseline's; the PRM phases (`timing_s/prm_*`) and their sum over the actor's phases
 (`old_log_prob + update_actor`); the PRM's passes per step next to their minimum (`trainer.prm_passes`,
-for the run's `prime.prm.update`, reference and pre-update source); and the peak memory of the actor pool:
+for the run's `prime.prm.update`, reference and PRM batching); and the peak memory of the actor pool:
 GPU — veRL's `perf/max_memory_allocated_gb` of the actor and of the PRM workers (one GPU: their sum);
 CPU — the peak summed RSS of the actor-pool processes (veRL's fused `WorkerDict` actor worker and the
 PRM's `TrainingWorker`s), sampled every 0.5 s.
@@ -136,14 +133,14 @@ def pass_counts(overrides: list[str]) -> dict:
     from verl_prime_lora.algo.prime_config import prime_config
     from verl_prime_lora.algo.run_config import reference_source
     from verl_prime_lora.checks.config_checks import step_batch_rows
-    from verl_prime_lora.integration.prm_worker import model_dropout
-    from verl_prime_lora.integration.trainer import pre_update_from_update, prm_passes
+    from verl_prime_lora.integration.prm_worker import model_dropout, update_forward_is_pre_update
+    from verl_prime_lora.integration.trainer import prm_passes
     from verl_prime_lora.preflight.compose_and_check import compose_config
 
     config = compose_config(overrides)
     prm = prime_config(config).prm
     reference = reference_source(config, use_reference_policy=need_reference_policy(config))
-    from_update = pre_update_from_update(
+    from_update = update_forward_is_pre_update(
         prm,
         model_dropout(config.prime.prm.model),
         step_batch_rows(config)[0],
@@ -168,12 +165,6 @@ def main() -> None:
     parser.add_argument("--recipes", default=None, help="default: prime_lora_colocated (+cpu without CUDA)")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
-    parser.add_argument(
-        "--pre-update",
-        nargs="+",
-        default=["from_update", "forward"],
-        help="prime.prm.pre_update_log_probs of each PRIME run",
-    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs (after --)")
     args = parser.parse_args()
 
@@ -213,11 +204,8 @@ def main() -> None:
         "trainer.project_name=prime_bench",
         *args.overrides,
     ]
-    primes = {}
-    for source in args.pre_update:
-        name = f"prime_{source}"
-        overrides = [*common, f"trainer.experiment_name={name}", f"prime.prm.pre_update_log_probs={source}"]
-        primes[source] = (summarise(run(name, overrides, workdir, args.timeout)), pass_counts(overrides))
+    overrides = [*common, "trainer.experiment_name=prime"]
+    p, passes = summarise(run("prime", overrides, workdir, args.timeout)), pass_counts(overrides)
     base = run(
         "baseline",
         [*common, "trainer.experiment_name=baseline", "trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo"],
@@ -226,30 +214,26 @@ def main() -> None:
     )
     b = summarise(base)
     report = {"device": "cuda" if cuda else "cpu", "recipes": recipes, "steps": args.steps, "baseline_grpo_no_prm": b}
-    for source, (p, passes) in primes.items():
-        entry = {
-            "run": p,
-            "step_time_ratio": p["step_s_median"] / b["step_s_median"],
-            "prm_passes_per_step": passes,
-            "pool_rss_peak_ratio": (p["pool_rss_peak_gb"] / b["pool_rss_peak_gb"]) if b["pool_rss_peak_gb"] else None,
-        }
-        if cuda:
-            gpu_p = p.get("actor/perf/max_memory_allocated_gb", 0.0) + p.get("prm/max_memory_allocated_gb", 0.0)
-            gpu_b = b.get("actor/perf/max_memory_allocated_gb", 0.0)
-            entry["actor_pool_gpu_peak_gb"] = {"prime": gpu_p, "baseline": gpu_b}
-        report[f"prime_{source}"] = entry
+    entry = {
+        "run": p,
+        "step_time_ratio": p["step_s_median"] / b["step_s_median"],
+        "prm_passes_per_step": passes,
+        "pool_rss_peak_ratio": (p["pool_rss_peak_gb"] / b["pool_rss_peak_gb"]) if b["pool_rss_peak_gb"] else None,
+    }
+    if cuda:
+        gpu_p = p.get("actor/perf/max_memory_allocated_gb", 0.0) + p.get("prm/max_memory_allocated_gb", 0.0)
+        gpu_b = b.get("actor/perf/max_memory_allocated_gb", 0.0)
+        entry["actor_pool_gpu_peak_gb"] = {"prime": gpu_p, "baseline": gpu_b}
+    report["prime"] = entry
     print(json.dumps(report, indent=2))
     (workdir / "report.json").write_text(json.dumps(report, indent=2))
     print(f"(workdir {workdir})")
-    print("| prime.prm.pre_update_log_probs | step time / GRPO's | PRM phases / actor phases | PRM passes (minimum) |")
-    print("|---|---|---|---|")
-    for source in primes:
-        entry = report[f"prime_{source}"]
-        passes = entry["prm_passes_per_step"]
-        print(
-            f"| {source} | {entry['step_time_ratio']:.3f} | {entry['run']['prm_phases_over_actor_phases']:.3f} | "
-            f"{sum(passes['today'].values())} ({sum(passes['minimum'].values())}) |"
-        )
+    print("| step time / GRPO's | PRM phases / actor phases | PRM passes (minimum) |")
+    print("|---|---|---|")
+    print(
+        f"| {entry['step_time_ratio']:.3f} | {p['prm_phases_over_actor_phases']:.3f} | "
+        f"{sum(passes['today'].values())} ({sum(passes['minimum'].values())}) |"
+    )
 
 
 if __name__ == "__main__":

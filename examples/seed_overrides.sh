@@ -42,7 +42,7 @@ PRM_ARGS=(
   prime.prm.optim.clip_grad=1.0                     # seed: PRM grad clip 1.0
   algorithm.prime.process_std_threshold=0.01        # seed: process-advantage std threshold 1e-2
   # Ours, not the seed's: the length-free process advantage. `=token` is the seed's exact formula, whose
-  # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see README "The math".
+  # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see docs/math.md.
   algorithm.prime.process_norm=sequence
   # Ours, not the seed's: the process term waits until the PRM ranks fresh responses better than chance
   # (0 at chance, full from 0.75 pairwise accuracy); `=null` gives the seed's ungated process term.

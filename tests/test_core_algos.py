@@ -195,23 +195,6 @@ def test_whitening_is_masked_and_optional():
     torch.testing.assert_close(ret, ref_prime_grpo(rewards, mask, index, process))
 
 
-def test_composed_estimator_reuses_any_registered_outcome_estimator():
-    rewards, mask, index, process = make_batch(6)
-    cfg = algo_config(outcome_estimator="rloo", process_baseline="leave_one_out")
-    adv, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
-    expected, _ = get_adv_estimator_fn("prime_rloo")(rewards, mask, index, config=cfg, process_rewards=process)
-    torch.testing.assert_close(adv, expected)
-    cfg = algo_config(outcome_estimator="reinforce_plus_plus")
-    adv, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
-    rpp, _ = get_adv_estimator_fn("reinforce_plus_plus")(rewards, mask, index=index, config=cfg)
-    process_part = ca.sequence_norm_process_advantage(process, mask, ca.group_ids(index, "cpu")) * mask
-    torch.testing.assert_close(adv, rpp.to(adv.dtype) * mask + process_part)
-    with pytest.raises(ValueError, match="process_baseline"):
-        get_adv_estimator_fn("prime")(
-            rewards, mask, index, config=algo_config(process_baseline="nope"), process_rewards=process
-        )
-
-
 # ---------------------------------------------------------------------------------------------
 # The process term's scale: length-free by default, the seed's O(L) formula on request
 # ---------------------------------------------------------------------------------------------
@@ -309,13 +292,13 @@ def test_sequence_norm_vanishes_while_prm_equals_reference(noise):
     torch.testing.assert_close(with_p, outcome_only, rtol=0, atol=0)
 
 
-def test_composed_group_norm_follows_process_norm():
+def test_prime_grpo_follows_process_norm():
     rewards, mask, index, process = make_batch(12)
     for process_norm in ("sequence", "token"):
-        cfg = algo_config(outcome_estimator="grpo", process_norm=process_norm)
-        composed, _ = get_adv_estimator_fn("prime")(rewards, mask, index, config=cfg, process_rewards=process)
+        cfg = algo_config(process_norm=process_norm)
+        adv, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
         expected = ref_prime_grpo(rewards, mask, index, process, process_norm=process_norm)
-        torch.testing.assert_close(composed, expected, rtol=1e-6, atol=1e-6)  # veRL's grpo: float32 inside
+        torch.testing.assert_close(adv, expected, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="process_norm"):
         get_adv_estimator_fn("prime_grpo")(
             rewards, mask, index, config=algo_config(process_norm="length"), process_rewards=process
@@ -411,7 +394,7 @@ DEGENERATE = {
 
 @pytest.mark.parametrize("case", DEGENERATE)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("name", ["prime_grpo", "prime_rloo", "prime"])
+@pytest.mark.parametrize("name", ["prime_grpo", "prime_rloo"])
 @pytest.mark.parametrize("whiten", [False, True])
 def test_finite_on_degenerate_batches(case, dtype, name, whiten):
     rewards, mask, index, process = make_batch(9, dtype=dtype, **DEGENERATE[case])
@@ -447,7 +430,7 @@ def test_implicit_rewards_and_sequence_logits():
     assert ca.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
 
 
-def test_centred_rewards_subtract_the_batch_mean_log_ratio():
+def test_mean_token_log_ratio_and_the_length_term_of_a_uniform_shift():
     lp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]], dtype=torch.float64)
     lr = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]], dtype=torch.float64)
     m = torch.tensor([[1, 1, 1], [1, 1, 0]])
@@ -455,35 +438,11 @@ def test_centred_rewards_subtract_the_batch_mean_log_ratio():
     assert ca.mean_token_log_ratio(lp, lr, m).item() == pytest.approx(0.0)
     shifted = lp - 0.4  # the PRM lowered every token by 0.4: q̄ = -0.4
     assert ca.mean_token_log_ratio(shifted, lr, m).item() == pytest.approx(-0.4)
-    # by hand: r = β (q − q̄) m
-    expected = 0.05 * (shifted - lr + 0.4) * m
-    torch.testing.assert_close(ca.implicit_process_rewards(shifted, lr, m, 0.05, center=True), expected)
-    # uncentred, the shift is a length term: z falls by β·0.4·L_i (L = 3, 2)
+    # the shift is a length term: z falls by β·0.4·L_i (L = 3, 2)
     torch.testing.assert_close(
         ca.prm_sequence_logits(shifted, lr, m, 0.05) - ca.prm_sequence_logits(lp, lr, m, 0.05),
         torch.tensor([-0.06, -0.04], dtype=torch.float64),
     )
-
-
-@given(
-    shift=st.floats(-3.0, 3.0),
-    lengths=st.lists(st.integers(1, 12), min_size=2, max_size=6),
-    seed=st.integers(0, 10_000),
-)
-@settings(max_examples=40, deadline=None)
-def test_centring_is_blind_to_a_uniform_log_ratio_shift(shift, lengths, seed):
-    """Centred: a PRM that moves every token's log-prob by the same amount changes no reward and no z;
-    uncentred it moves z by β·shift·L_i, a pure length term."""
-    g = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    lp = -torch.rand(len(lengths), width, generator=g, dtype=torch.float64) * 5
-    lr = -torch.rand(len(lengths), width, generator=g, dtype=torch.float64) * 5
-    m = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
-    centred = ca.implicit_process_rewards(lp, lr, m, 0.05, center=True)
-    torch.testing.assert_close(ca.implicit_process_rewards(lp + shift, lr, m, 0.05, center=True), centred)
-    assert torch.all(centred[m == 0] == 0)
-    moved = ca.prm_sequence_logits(lp + shift, lr, m, 0.05) - ca.prm_sequence_logits(lp, lr, m, 0.05)
-    torch.testing.assert_close(moved, 0.05 * shift * torch.tensor(lengths, dtype=torch.float64))
 
 
 def test_bce_loss_matches_formula_and_skips_empty_rows():
@@ -607,6 +566,58 @@ def test_pairwise_accuracy_perfect_and_inverted():
     assert ca.prm_pairwise_accuracy(z, torch.zeros(5), index, m, mixed_only=True).item() == 0.5  # no pair at all
 
 
+def ref_ranking_z(z, y, index, valid):
+    """Stratified Mann–Whitney z by loops: Σ_g (U_g − k m / 2) / sqrt(Σ_g k m (k + m + 1) / 12)."""
+    excess = variance = 0.0
+    for members in groups_of(index).values():
+        right = [i for i in members if valid[i] and y[i] > 0.5]
+        wrong = [j for j in members if valid[j] and y[j] <= 0.5]
+        u = sum(1.0 if z[i] > z[j] else 0.5 if z[i] == z[j] else 0.0 for i in right for j in wrong)
+        k, m = len(right), len(wrong)
+        excess += u - k * m / 2
+        variance += k * m * (k + m + 1) / 12
+    return excess / variance**0.5 if variance else 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=batches, tie=st.booleans())
+def test_ranking_z_matches_reference(batch, tie):
+    _, mask, index, _ = batch
+    gen = torch.Generator().manual_seed(len(index) + 1)
+    z = torch.randn(len(index), generator=gen, dtype=torch.float64)
+    if tie:
+        z = z.round()
+    y = torch.randint(0, 2, (len(index),), generator=gen).to(torch.float64)
+    valid = (mask.sum(-1) > 0).tolist()
+    got = ca.prm_ranking_z(z, y, index, mask).item()
+    assert got == pytest.approx(ref_ranking_z(z.tolist(), y.tolist(), list(index), valid), abs=1e-12)
+
+
+def test_ranking_z_of_a_perfect_ranking_and_of_chance():
+    # one group of 4 right and 4 wrong, ranked perfectly: U = 16, excess 8, variance 16·9/12 = 12
+    index = np.array(["a"] * 8 + ["b"] * 3, dtype=object)
+    y = torch.tensor([1.0] * 4 + [0.0] * 4 + [1.0] * 3)  # group b holds one label: no pair
+    z = torch.tensor([4.0, 3, 2, 1, 0, -1, -2, -3, 9, 9, 9], dtype=torch.float64)
+    m = torch.ones(11, 3)
+    assert ca.prm_ranking_z(z, y, index, m).item() == pytest.approx(8 / 12**0.5)
+    assert ca.prm_ranking_z(-z, y, index, m).item() == pytest.approx(-8 / 12**0.5)
+    assert ca.prm_ranking_z(z, torch.ones(11), index, m).item() == 0.0
+    # random scores: Z over many batches of 16 groups of 8 is standard normal (mean 0, variance 1)
+    gen = torch.Generator().manual_seed(0)
+    index = np.repeat(np.arange(16), 8)
+    draws = []
+    for _ in range(2000):
+        labels = torch.randint(0, 2, (128,), generator=gen).double()
+        draws.append(
+            ca.prm_ranking_z(
+                torch.randn(128, generator=gen, dtype=torch.float64), labels, index, m[:1].expand(128, 3)
+            ).item()
+        )
+    draws = torch.tensor(draws)
+    assert abs(draws.mean().item()) < 0.1 and abs(draws.var().item() - 1) < 0.1  # 2000 draws: se 0.022, 0.032
+    assert (draws > 3.09).float().mean().item() < 0.004  # the one-sided p < 0.001 bound holds
+
+
 @pytest.mark.parametrize(
     "acc, full_at, weight",
     [
@@ -634,7 +645,7 @@ def test_gate_ema_needs_several_steps_of_evidence():
 
 
 @settings(max_examples=40, deadline=None)
-@given(batch=batches, w=st.floats(0.0, 1.0), name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]))
+@given(batch=batches, w=st.floats(0.0, 1.0), name=st.sampled_from(["prime_grpo", "prime_rloo"]))
 def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name):
     """A(w) = A(0) + w·(A(1) − A(0)), A(0) the outcome-only advantage: the gate scales the process part only."""
     rewards, mask, index, process = batch
@@ -671,7 +682,7 @@ def test_group_ids_are_dense_for_any_hashable_uids(index, expected):
 @settings(max_examples=40, deadline=None)
 @given(
     keys=st.lists(st.integers(-(2**80), 2**80), min_size=3, max_size=3, unique=True),
-    name=st.sampled_from(["prime_grpo", "prime_rloo", "prime"]),
+    name=st.sampled_from(["prime_grpo", "prime_rloo"]),
 )
 def test_integer_uids_group_as_their_string_form(keys, name):
     """An estimator gives the same advantages whether the uids are strings or ints of any sign and size."""

@@ -79,3 +79,24 @@ def test_recipe_alone_carries_every_seed_value(recipe):
         )
         checked += 1
     assert checked >= 25  # the guard against a parser that silently reads no override
+
+
+def test_smoke_script_launches_the_colocated_cpu_recipe(tmp_path):
+    """`make smoke` as written, up to the launch: with a stand-in PYTHON that records its arguments, the
+    script writes the tiny assets, then hands the launcher a main_ppo command line that composes with the
+    recipe (the loop itself runs in the end-to-end tests: tests/e2e/test_prime_e2e.py, same recipe and
+    model)."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" >> {calls}\necho --- >> {calls}\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "STEPS": "2"}
+    subprocess.run(["bash", str(EXAMPLES / "run_cpu_smoke.sh"), str(tmp_path / "out")], check=True, env=env)
+    tiny, launch = [call.strip().splitlines() for call in calls.read_text().split("---\n")[:2]]
+    assert tiny[:2] == ["-m", "verl_prime_lora.tools.tiny"]
+    assert launch[:2] == ["-m", "verl_prime_lora.cpu.launch"]
+    overrides = launch[launch.index("--") + 1 :]
+    cfg = compose_ppo(*overrides)
+    assert cfg.trainer.v1.trainer_mode == "prime_sync" and cfg.trainer.total_training_steps == 2
+    assert cfg.actor_rollout_ref.model.path == str(tmp_path / "out" / "assets" / "model")
+    assert cfg.trainer.device == "cpu"  # the CPU preset came last

@@ -25,8 +25,7 @@ FIRST_IMPORT = textwrap.dedent("""
         "loaded_first": loaded_first,
         # registered, and by the one copy of each module in this process (not a second, re-executed one)
         "estimators": ADV_ESTIMATOR_REGISTRY.get("prime_grpo") is core_algos.compute_prime_grpo_advantage
-        and ADV_ESTIMATOR_REGISTRY.get("prime_rloo") is core_algos.compute_prime_rloo_advantage
-        and ADV_ESTIMATOR_REGISTRY.get("prime") is core_algos.compute_prime_composed_advantage,
+        and ADV_ESTIMATOR_REGISTRY.get("prime_rloo") is core_algos.compute_prime_rloo_advantage,
         "trainers": {{name: TRAINER_REGISTRY[name] is getattr(trainer, TRAINER_REGISTRY[name].__name__)
                      for name in ("prime_sync", "prime_separate_async")}},
     }}))

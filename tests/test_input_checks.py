@@ -6,9 +6,11 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import verl
 from hydra import compose, initialize_config_dir
 from main_ppo_driver import main_ppo_stopped_before_ray
@@ -210,6 +212,27 @@ def test_empty_train_file(assets, tmp_path):
     fails(config(assets, f"data.train_files={path}"), rf"^data\.train_files: {esc(path)} has no rows")
 
 
+def test_empty_pandas_parquet_has_no_rows(assets, tmp_path):
+    """pandas writes a 0-row frame's object columns as type null: the file is empty, not mistyped."""
+    path = tmp_path / "train.parquet"
+    pd.DataFrame([tiny_row()]).iloc[:0].to_parquet(path)
+    assert pq.read_schema(path).field("prompt").type == pa.null()
+    fails(config(assets, f"data.train_files={path}"), rf"^data\.train_files: {esc(path)} has no rows\.$")
+
+
+@pytest.mark.parametrize("name, text", [("train.jsonl", ""), ("train.jsonl", "\n  \n"), ("train.json", "[]\n")])
+def test_empty_json_files_have_no_rows(assets, tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    fails(config(assets, f"data.train_files={path}"), rf"^data\.train_files: {esc(path)} has no rows\.$")
+
+
+def test_an_empty_val_file_has_no_rows(assets, tmp_path):
+    path = tmp_path / "val.parquet"
+    pd.DataFrame([tiny_row()]).iloc[:0].to_parquet(path)
+    fails(config(assets, f"data.val_files={path}"), rf"^data\.val_files: {esc(path)} has no rows\.$")
+
+
 # --------------------------------------------------------------------------------------------------
 # model folders
 # --------------------------------------------------------------------------------------------------
@@ -219,7 +242,25 @@ def test_empty_model_folder(assets, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     message = fails(config(assets, f"actor_rollout_ref.model.path={empty}"), r"^actor_rollout_ref\.model\.path: ")
-    assert f"{empty} holds no config.json" in message
+    assert f"{empty} holds no config.json, no weights (none of *.safetensors, " in message
+    assert ", no tokenizer (none of tokenizer.json" in message and "save_pretrained" in message
+
+
+def test_model_folder_with_only_a_config_names_what_it_lacks(assets, tmp_path):
+    folder = tmp_path / "config_only"
+    folder.mkdir()
+    shutil.copy(assets["model"] / "config.json", folder)
+    message = fails(config(assets, f"actor_rollout_ref.model.path={folder}"), r"^actor_rollout_ref\.model\.path: ")
+    assert f"{folder} holds no weights (none of *.safetensors, pytorch_model*.bin, " in message
+    assert ", no tokenizer (" in message and "config.json" not in message.split("holds no")[1].split("(")[0]
+    # the weights alone: only the tokenizer is missing
+    for weights in assets["model"].glob("*.safetensors"):
+        shutil.copy(weights, folder)
+    message = fails(
+        config(assets, f"actor_rollout_ref.model.path={folder}"),
+        rf"^actor_rollout_ref\.model\.path: {esc(folder)} holds no tokenizer \(",
+    )
+    assert "weights" not in message
 
 
 def test_missing_model_folder(assets, tmp_path):
@@ -232,6 +273,8 @@ def test_model_folder_without_tokenizer(assets, tmp_path):
     folder = tmp_path / "weights_only"
     folder.mkdir()
     shutil.copy(assets["model"] / "config.json", folder)
+    for weights in assets["model"].glob("*.safetensors"):
+        shutil.copy(weights, folder)
     message = fails(config(assets, f"actor_rollout_ref.model.path={folder}"), r"^actor_rollout_ref\.model\.path: ")
     assert f"{folder} holds no tokenizer" in message
     # A separate tokenizer folder makes it whole, for the policy and for the PRM (which starts from the same path).
@@ -291,6 +334,35 @@ def test_reward_that_raises_names_the_row(assets, tmp_path):
     assert f"raised on row 0 of {assets['train']}" in message and "KeyError: 'solution'" in message
 
 
+@pytest.mark.parametrize(
+    "returned, problem",
+    [
+        ("float('nan')", "non-finite score nan"),
+        ("float('inf')", "non-finite score inf"),
+        ("float('-inf')", "non-finite score -inf"),
+        ("'1.0'", "non-number score '1.0' (str)"),
+        ("None", "non-number score None (NoneType)"),
+    ],
+)
+def test_reward_that_returns_no_finite_number(assets, tmp_path, returned, problem):
+    reward = write_reward(tmp_path / "reward.py", f"    return {returned}\n")
+    message = fails(config(assets, f"{REWARD_FN}={reward}"), r"^reward\.custom_reward_function\.path: ")
+    assert f"the reward function {reward}:compute_score returned a {problem} on row 0 of {assets['train']}" in message
+
+
+def test_reward_dict_with_a_non_finite_score_or_label(assets, tmp_path):
+    reward = write_reward(tmp_path / "reward.py", "    return {'score': float('nan'), 'acc': 1.0}\n")
+    fails(
+        config(assets, f"{REWARD_FN}={reward}"),
+        r"^reward\.custom_reward_function\.path: .* returned a non-finite score nan",
+    )
+    reward = write_reward(tmp_path / "label.py", "    return {'score': 1.0, 'acc': float('inf')}\n")
+    fails(
+        config(assets, f"{REWARD_FN}={reward}"),
+        r"^reward\.custom_reward_function\.path: .* returned a non-finite PRM label 'acc' inf on row 0",
+    )
+
+
 def test_reward_dict_needs_score(assets, tmp_path):
     reward = write_reward(tmp_path / "reward.py", "    return {'acc': 1.0}\n")
     fails(config(assets, f"{REWARD_FN}={reward}"), r"^reward\.custom_reward_function\.path: .*without 'score'")
@@ -323,6 +395,24 @@ def test_split_recipe_on_one_device(assets):
 def test_trainer_pool_larger_than_ray_gpus(assets):
     pattern = r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs.*num_gpus=1"
     fails(config(assets, "trainer.n_gpus_per_node=2"), pattern)
+
+
+def test_missing_devices_are_blamed_before_the_micro_batch_arithmetic(assets):
+    """Four trainer ranks on one device: the driver says the devices are missing, not that the micro-batches
+    do not divide over four ranks (what validate_prime_config alone would say)."""
+    import verl.utils.config as verl_config
+
+    from verl_prime_lora.checks.config_checks import validate_prime_config
+
+    cfg = config(assets, "trainer.n_gpus_per_node=4")
+    with pytest.raises(ValueError, match=r"4 (training )?ranks") as alone:
+        validate_prime_config(cfg, check_tokenizers=False)
+    assert "num_gpus" not in str(alone.value)
+    with pytest.raises(InputCheckError) as err:
+        verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+    message = str(err.value)
+    assert message.startswith("trainer.n_gpus_per_node: the layout needs 4 GPUs (4 for the trainer pool")
+    assert "ray_kwargs.ray_init.num_gpus=1" in message
 
 
 def test_storage_units_beyond_ray_cpus(assets):
@@ -475,13 +565,17 @@ def test_main_ppo_refuses_an_output_per_turn_loop_before_ray(assets, tmp_path):
 
 
 def fake_checkpoint(root: Path, step: int, actor_ranks: int, prm_ranks: int | None) -> Path:
-    """A veRL checkpoint folder with empty shard files: `root/global_step_N/{actor,prm}` and the tracker."""
+    """A veRL checkpoint as PRIME writes it, each file a small torch.save archive: `root/global_step_N/{actor,prm}`
+    with the model, optimizer and extra-state shard of every rank, `data.pt`, `prime_state.json`, and the tracker."""
     folder = root / f"global_step_{step}"
     for part, ranks in (("actor", actor_ranks), ("prm", prm_ranks)):
         if ranks is not None:
             (folder / part).mkdir(parents=True)
             for rank in range(ranks):
-                (folder / part / f"model_world_size_{ranks}_rank_{rank}.pt").touch()
+                for prefix in ("model", "optim", "extra_state"):
+                    torch.save({"w": torch.zeros(4)}, folder / part / f"{prefix}_world_size_{ranks}_rank_{rank}.pt")
+    torch.save({"dataloader": 0}, folder / "data.pt")
+    (folder / "prime_state.json").write_text(json.dumps({"prm_pairwise_ema": 0.5}))
     (root / "latest_checkpointed_iteration.txt").write_text(str(step))
     return folder
 
@@ -514,3 +608,74 @@ def test_prime_resume_needs_the_prm_state(assets, tmp_path):
             REWARD_FN + "=" + str(PARTIAL_CREDIT_REWARD),
         )
     )
+
+
+def resume(folder: Path) -> tuple[str, str]:
+    return "trainer.resume_mode=resume_path", f"trainer.resume_from_path={folder}"
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_whole_checkpoint_resumes(assets, tmp_path):
+    check_inputs(config(assets, *resume(fake_checkpoint(tmp_path / "ckpt", 2, actor_ranks=1, prm_ranks=1))))
+
+
+def test_a_truncated_prm_shard_is_named_before_ray(assets, tmp_path):
+    folder = fake_checkpoint(tmp_path / "ckpt", 1, actor_ranks=1, prm_ranks=1)
+    shard = folder / "prm" / "optim_world_size_1_rank_0.pt"
+    truncate(shard)
+    pattern = (
+        rf"^trainer\.resume_from_path: trainer\.resume_mode=resume_path resumes from {esc(folder)}, and 1 of the "
+        rf"files it would read cannot be opened: {esc(shard)} is not the zip archive torch\.save writes "
+        r"\(\d+ bytes; BadZipFile"
+    )
+    message = fails(config(assets, *resume(folder)), pattern)
+    assert "Nothing was deleted" in message and shard.exists()
+
+
+def test_every_broken_file_of_the_resume_is_named(assets, tmp_path):
+    """Missing shards of a rank, a truncated dataloader state: one message, each with its path."""
+    folder = fake_checkpoint(tmp_path / "ckpt", 1, actor_ranks=2, prm_ranks=2)
+    (folder / "actor" / "extra_state_world_size_2_rank_1.pt").unlink()
+    truncate(folder / "data.pt")
+    (folder / "prm" / "model_world_size_2_rank_1.pt").write_bytes(b"not a zip")
+    ranks = ("trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2")
+    message = fails(config(assets, *resume(folder), *ranks), r"^trainer\.resume_from_path: .*3 of the files")
+    assert f"{folder / 'actor' / 'extra_state_world_size_2_rank_1.pt'} is missing" in message
+    assert f"{folder / 'data.pt'} is not the zip archive torch.save writes" in message
+    assert f"{folder / 'prm' / 'model_world_size_2_rank_1.pt'} is not the zip archive torch.save writes" in message
+
+
+def test_a_checkpoint_file_cut_inside_its_records(assets, tmp_path):
+    """A zip whose central directory survived but whose last record reaches past the end of the file."""
+    folder = fake_checkpoint(tmp_path / "ckpt", 1, actor_ranks=1, prm_ranks=1)
+    shard = folder / "actor" / "model_world_size_1_rank_0.pt"
+    data = shard.read_bytes()
+    directory = data.index(b"PK\x01\x02")  # the central directory's first entry
+    shard.write_bytes(data[: directory - 64] + data[directory:])  # 64 bytes of the last tensor's data lost
+    fails(
+        config(assets, *resume(folder)), rf"^trainer\.resume_from_path: .*{esc(shard)} is cut short or corrupt: record "
+    )
+
+
+def test_only_the_contents_the_resume_loads_are_checked(assets, tmp_path):
+    folder = fake_checkpoint(tmp_path / "ckpt", 1, actor_ranks=1, prm_ranks=1)
+    (folder / "prm" / "optim_world_size_1_rank_0.pt").unlink()
+    fails(config(assets, *resume(folder)), r"^trainer\.resume_from_path: .*optim_world_size_1_rank_0\.pt is missing")
+    check_inputs(config(assets, *resume(folder), "prime.prm.checkpoint.load_contents=[model,extra]"))
+
+
+def test_prime_state_may_be_absent_but_not_corrupt(assets, tmp_path):
+    folder = fake_checkpoint(tmp_path / "ckpt", 1, actor_ranks=1, prm_ranks=1)
+    state = folder / "prime_state.json"
+    state.write_text('{"prm_pairwise_ema": ')
+    message = fails(config(assets, *resume(folder)), rf"^trainer\.resume_from_path: .*{esc(state)} does not hold")
+    assert "JSONDecodeError" in message
+    state.write_text('{"prm_pairwise_ema": NaN}')
+    fails(config(assets, *resume(folder)), rf".*{esc(state)} holds prm_pairwise_ema = nan, not a finite number")
+    state.unlink()  # a checkpoint older than the file: the trainer warns and restarts the gate at 1/2
+    (folder / "data.pt").unlink()  # veRL too starts its dataloader afresh without it
+    check_inputs(config(assets, *resume(folder)))

@@ -372,3 +372,11 @@ def test_cli_runs_as_a_module(seed_model):
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "GPU 0 (trainer pool, 1 GPU)" in run.stdout and "verdict: fits" in run.stdout
+
+
+def test_options_may_stand_between_overrides(capsys, seed_model):
+    """`--gpu-memory-gib` anywhere on the command line, as users type it after the recipe."""
+    code, out, _ = preflight(
+        capsys, "+recipe=prime_lora", "--gpu-memory-gib", "141", f"actor_rollout_ref.model.path={seed_model}"
+    )
+    assert code == 0 and "141" in out

@@ -105,13 +105,13 @@ def test_the_recipe_round_trips_into_the_defaults(seed_recipe):
 
 OVERRIDES = [
     ("prime.max_failed_rollout_ratio=0.25", lambda c: c.max_failed_rollout_ratio, 0.25),
+    ("prime.diagnostics=true", lambda c: c.diagnostics, True),
     ("prime.prm.beta=0.1", lambda c: c.prm.beta, 0.1),
     ("prime.prm.beta=1", lambda c: c.prm.beta, 1.0),  # an int on the command line becomes the float field
     ("prime.prm.update=after", lambda c: c.prm.update, "after"),
     ("prime.prm.reference=policy", lambda c: c.prm.reference, "policy"),
     ("prime.prm.label_key=correct", lambda c: c.prm.label_key, "correct"),
     ("prime.prm.balance_labels=true", lambda c: c.prm.balance_labels, True),
-    ("prime.prm.center_log_ratio=true", lambda c: c.prm.center_log_ratio, True),
     ("prime.prm.mini_batch_size=2", lambda c: c.prm.mini_batch_size, 2),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=8", lambda c: c.prm.mini_batch_size, 8),  # follows the actor
     ("prime.prm.micro_batch_size_per_gpu=8", lambda c: c.prm.micro_batch_size_per_gpu, 8),
@@ -121,7 +121,6 @@ OVERRIDES = [
     ("prime.prm.epochs=2", lambda c: c.prm.epochs, 2),
     ("prime.prm.shuffle=true", lambda c: c.prm.shuffle, True),
     ("prime.prm.seed=7", lambda c: c.prm.seed, 7),
-    ("prime.prm.pre_update_log_probs=check", lambda c: c.prm.pre_update_log_probs, "check"),
 ]
 
 ADVANTAGE_OVERRIDES = [
@@ -133,8 +132,6 @@ ADVANTAGE_OVERRIDES = [
     ("algorithm.prime.process_gate=1", "process_gate", 1.0),
     ("algorithm.prime.whiten_advantages=true", "whiten_advantages", True),
     ("algorithm.prime.epsilon=1e-8", "epsilon", 1e-8),
-    ("algorithm.prime.outcome_estimator=rloo", "outcome_estimator", "rloo"),
-    ("algorithm.prime.process_baseline=leave_one_out", "process_baseline", "leave_one_out"),
 ]
 
 
@@ -177,15 +174,14 @@ INVALID = [
     ("prime.max_failed_rollout_ratio=-0.1", "prime.max_failed_rollout_ratio"),
     ("prime.max_failed_rollout_ratio=true", "prime.max_failed_rollout_ratio"),
     ("+prime.max_failed_ratio=0.5", "prime.max_failed_ratio"),
+    ("prime.diagnostics=sometimes", "prime.diagnostics"),
     ("prime.prm.beta=0", "prime.prm.beta"),
     ("prime.prm.beta=null", "prime.prm.beta"),
     ("prime.prm.update=reverse", "prime.prm.update"),
-    ("prime.prm.pre_update_log_probs=update", "prime.prm.pre_update_log_probs"),
     ("prime.prm.reference=sft", "prime.prm.reference"),
     ("prime.prm.label_key=format", "prime.prm.label_key"),
     ("prime.prm.label_key=score", "prime.prm.label_key"),
     ("prime.prm.balance_labels=sometimes", "prime.prm.balance_labels"),
-    ("prime.prm.center_log_ratio=sometimes", "prime.prm.center_log_ratio"),
     ("prime.prm.mini_batch_size=0", "prime.prm.mini_batch_size"),
     ("prime.prm.micro_batch_size_per_gpu=0", "prime.prm.micro_batch_size_per_gpu"),
     ("prime.prm.infer_micro_batch_size_per_gpu=-1", "prime.prm.infer_micro_batch_size_per_gpu"),
@@ -199,8 +195,6 @@ INVALID = [
     ("algorithm.prime.process_gate=1.5", "algorithm.prime.process_gate"),
     ("algorithm.prime.process_gate=high", "algorithm.prime.process_gate"),
     ("algorithm.prime.epsilon=-1e-6", "algorithm.prime.epsilon"),
-    ("algorithm.prime.outcome_estimator=prime_grpo", "algorithm.prime.outcome_estimator"),
-    ("algorithm.prime.process_baseline=nope", "algorithm.prime.process_baseline"),
     ("algorithm.prime.whiten_advantages=maybe", "algorithm.prime.whiten_advantages"),
     ("+algorithm.prime.process_coeff=0.5", "algorithm.prime.process_coeff"),
 ]

@@ -56,6 +56,7 @@ from verl_prime_lora.integration.trainer import (
     PrimeTrainerSync,
     pad_nested,
     prime_advantages,
+    prm_diagnostics,
     prm_rewards_and_metrics,
     process_reward_stats,
 )
@@ -169,7 +170,7 @@ def test_micro_batches_that_fit_two_ranks_pass():
     validate_prime_config(compose_ppo(*CPU_TWO_RANKS, "actor_rollout_ref.model.path=/m", *dynamic))
 
 
-@pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo", "prime"])
+@pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo"])
 def test_prime_estimator_without_prime_trainer(estimator):
     cfg = compose_ppo(f"algorithm.adv_estimator={estimator}")
     with pytest.raises(PrimeConfigError, match=r"^trainer\.v1\.trainer_mode:"):
@@ -377,23 +378,6 @@ def test_prm_loss_weights_each_row_by_its_label_weight():
     assert loss.item() == pytest.approx((1.5 * bce[0] + 0.5 * bce[1]).item() * 2 / 4, rel=1e-6)
 
 
-def test_prm_loss_centres_on_the_micro_batch_mean_log_ratio():
-    """`center`: z_i = β·Σ_t (q − q̄) over the response tokens, q̄ the micro-batch's mean (padding rows excluded)."""
-    beta = 0.05
-    model_output, data, seq_lp, _, labels = _micro_batch(beta)
-    loss, _ = prm_loss(model_output, data, beta=beta, center=True)
-    q = []
-    for lp, p, r, rf in zip(seq_lp[:2], [2, 3], [3, 2], data[PRM_REF_FIELD].unbind()[:2]):
-        q.append(lp[p - 1 : p + r - 1].detach() - rf)
-    q_bar = torch.cat(q).mean()  # 5 response tokens of the 2 real rows
-    z = torch.stack([beta * (qi - q_bar).sum() for qi in q])
-    expected = torch.nn.functional.binary_cross_entropy_with_logits(z, labels[:2], reduction="sum") * 2 / 4
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
-    # a uniform shift of the PRM's log-probs changes nothing
-    shifted = {"log_probs": _nested([lp.detach() - 0.7 for lp in seq_lp])}
-    assert prm_loss(shifted, data, beta=beta, center=True)[0].item() == pytest.approx(loss.item(), rel=1e-5)
-
-
 def test_prm_loss_captures_each_rows_response_log_probs_on_request():
     """With `capture_log_probs`, the loss also returns (row in the step's batch, the row's response log-probs)
     for every row of the micro-batch: what the PRM would compute in a forward of its own, before the update."""
@@ -453,7 +437,7 @@ def test_captured_log_probs_are_put_back_in_row_order(lengths, ranks, micro, epo
                 return value
             return [without(v, row) for v in value if not (isinstance(v, tuple) and v[0] == row)]
 
-        with pytest.raises(RuntimeError, match=rf"rows \[{with_rows[-1]}\] .*pre_update_log_probs=forward"):
+        with pytest.raises(RuntimeError, match=rf"rows \[{with_rows[-1]}\] were not captured"):
             assemble_captured_log_probs(without(captured, with_rows[-1]), lengths, width)
         with pytest.raises(RuntimeError, match="not captured"):
             assemble_captured_log_probs(None, lengths, width)
@@ -472,15 +456,6 @@ def test_captured_log_probs_are_put_back_in_row_order(lengths, ranks, micro, epo
 def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, dropout, rows, exact):
     prm = PrmConfig(update=update, mini_batch_size=8)
     assert update_forward_is_pre_update(prm, dropout, rows, n=2) is exact
-
-
-@pytest.mark.parametrize("source, taken", [("from_update", True), ("check", True), ("forward", False)])
-def test_pre_update_source_picks_the_update_only_where_exact(source, taken):
-    from verl_prime_lora.integration.trainer import pre_update_from_update
-
-    prm = PrmConfig(update="after", mini_batch_size=8, pre_update_log_probs=source)
-    assert pre_update_from_update(prm, 0.0, 16, n=2) is taken
-    assert not pre_update_from_update(prm, 0.0, 32, n=2)  # never where it is not exact
 
 
 def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
@@ -726,16 +701,15 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     # a PRM that raised right answers' tokens by 0.1 nats, and lowered every token by 0.5
     drifted = ref + (0.1 * labels[:, None] - 0.5) * mask
     wrong_up = ref + 0.3 * (1 - labels[:, None]) * mask  # a policy that moved towards the wrong answers
-    _, m = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05, policy=wrong_up)
+    _, m = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05)
+    m.update(prm_diagnostics(drifted, ref, mask, labels, uid, 0.05, policy=wrong_up))
     assert m["prm/token_log_ratio_mean"] == pytest.approx(0.1 * 11 / 19 - 0.5)  # 11 of 19 tokens are right ones
     assert m["prm/length_pairwise_mixed"] == 1.0  # the right answer is the longer one
     assert m["prm/dpo_acc_mixed"] == 0.0  # z0 = β(0.5 − 2.5) < z1 = β(−1.5): the drift ranks the shorter first
     ref_sums = (ref * mask).sum(-1)
     assert m["prm/ref_likelihood_dpo_acc_mixed"] == float(ref_sums[0] > ref_sums[1])
     assert m["prm/policy_dpo_acc_mixed"] == 0.0
-    _, centred = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05, center=True)
-    assert centred["prm/dpo_acc_mixed"] == 1.0  # centred on q̄, the 0.1 nats of signal rank it
-    assert "prm/policy_dpo_acc_mixed" not in centred  # no policy log-probs at temperature 1
+    assert "prm/policy_dpo_acc_mixed" not in prm_diagnostics(drifted, ref, mask, labels, uid, 0.05)  # no policy
 
 
 # --------------------------------------------------------------------------------------------------

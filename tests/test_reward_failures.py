@@ -52,6 +52,7 @@ PRIME_CONFIG = {
     "prime": {"prm": {"label_key": "acc"}},
     "reward": {"custom_reward_function": {"path": "reward.py"}, "reward_model": {"enable": False}},
 }
+REWARD_FN = rf.reward_function_name(OmegaConf.create(PRIME_CONFIG))  # "reward.py:compute_score"
 
 
 @pytest.fixture(autouse=True)
@@ -277,7 +278,7 @@ def test_a_clean_batch_passes_even_the_strictest_stop():
     account = account_rollouts(keys, [False] * 4, [_fields(1.0), _fields(0.0), _fields(1.0), _fields(1.0)], 2, 2)
     assert account.metrics()["prime/failed_rollout_ratio"] == 0.0
     assert account.metrics()["prime/group_size_min"] == 2.0
-    account.check(0.0, step=1)
+    account.check(0.0, step=1, reward_fn=REWARD_FN)
 
 
 def test_rows_without_the_flag_count_as_scored():
@@ -291,13 +292,15 @@ def test_the_stop_names_the_knob_the_counts_and_the_first_error():
     keys, is_padding, fields = _batch()
     account = account_rollouts(keys, is_padding, fields, rollout_n=3, expected_prompts=3)
     with pytest.raises(RolloutFailureError) as err:
-        account.check(0.5, step=7)
+        account.check(0.5, step=7, reward_fn=REWARD_FN)
     message = str(err.value)
     assert message.startswith("prime.max_failed_rollout_ratio: step 7 lost 5 of 9 rollouts")
-    assert "1 scored 0 because the reward function raised (first error: KeyError: 'x')" in message
+    assert (
+        "1 scored 0 because the reward function reward.py:compute_score raised (first error: KeyError: 'x')" in message
+    )
     assert "4 dropped by veRL before training" in message
-    account.check(5 / 9, step=7)  # at the limit: goes on
-    account.check(1.0, step=7)
+    account.check(5 / 9, step=7, reward_fn=REWARD_FN)  # at the limit: goes on
+    account.check(1.0, step=7, reward_fn=REWARD_FN)
 
 
 def test_count_metrics_add_up_over_parameter_sync_steps():
@@ -465,3 +468,134 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     with pytest.raises(RolloutFailureError, match="step 4 lost 5 of 9 rollouts"):
         trainer._compute_advantage(batch, metrics)
     assert forwards == [] and metrics["prime/dropped_rollouts_total"] == 4.0
+
+
+# --------------------------------------------------------------------------------------------------
+# rewards that are not a finite number: failed rows, and a stop when no row is left
+# --------------------------------------------------------------------------------------------------
+
+
+def value(score):
+    """A reward-loop result as veRL's naive manager builds it from a reward function that returned `score`."""
+
+    async def result():
+        return {"reward_score": score, "reward_extra_info": {"acc": score}}
+
+    return result
+
+
+@pytest.mark.parametrize(
+    "score, error",
+    [
+        (float("nan"), "non-finite score nan"),
+        (float("inf"), "non-finite score inf"),
+        (float("-inf"), "non-finite score -inf"),
+        ("1.0", "non-number score '1.0' (str)"),
+        (None, "non-number score None (NoneType)"),
+    ],
+)
+def test_a_score_that_is_not_a_finite_number_makes_a_failed_row(score, error):
+    good = run(lambda: guarded_score(scored({"score": 1.0, "acc": 1.0, "pred": "4"}), "acc"))
+    bad = run(lambda: guarded_score(value(score), "acc"))
+    assert bad["reward_score"] == 0.0
+    assert bad["reward_extra_info"] == {"score": 0.0, "acc": 0.0, "pred": "", FAILED_KEY: 1.0, ERROR_KEY: error}
+    assert set(bad["reward_extra_info"]) == set(good["reward_extra_info"])
+
+
+def test_a_prm_label_that_is_not_a_finite_number_makes_a_failed_row():
+    bad = run(lambda: guarded_score(scored({"score": 1.0, "acc": float("inf")}), "acc"))
+    assert bad["reward_score"] == 0.0 and bad["reward_extra_info"][ERROR_KEY] == "non-finite PRM label 'acc' inf"
+    assert run(lambda: guarded_score(scored({"score": 1.0, "acc": 1.0}), "acc"))["reward_extra_info"][FAILED_KEY] == 0
+
+
+def test_the_first_non_finite_reward_is_logged_once_without_a_traceback(caplog):
+    caplog.set_level(logging.ERROR, logger=rf.logger.name)
+    for _ in range(5):
+        run(lambda: guarded_score(value(float("nan")), "acc"))
+    records = [r for r in caplog.records if r.name == rf.logger.name]
+    assert len(records) == 1 and "non-finite score nan" in records[0].getMessage()
+    assert records[0].exc_info is None
+
+
+def _nan_reward_fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return float("nan") if int(ground_truth) % 2 else 1.0
+
+
+def test_verl_reward_loop_worker_turns_a_nan_reward_into_failed_rows():
+    """veRL's naive manager stores a returned number as the score and as `acc`: both NaN on odd rows."""
+
+    async def score_batch():
+        worker = _worker(PRIME_CONFIG)
+        worker.reward_manager = NaiveRewardManager(worker.config, _Tokenizer(), _nan_reward_fn)
+        return await worker.compute_score_batch(_rows(4))
+
+    outputs = run(score_batch)
+    assert [o["reward_score"] for o in outputs] == [1.0, 0.0, 1.0, 0.0]
+    infos = [o["reward_extra_info"] for o in outputs]
+    assert [info[FAILED_KEY] for info in infos] == [0.0, 1.0, 0.0, 1.0]
+    assert [info["acc"] for info in infos] == [1.0, 0.0, 1.0, 0.0]
+    assert infos[1][ERROR_KEY] == "non-finite score nan"
+
+
+def _unusable(error="non-finite score nan"):
+    return _fields(failed=True, error=error)
+
+
+def test_non_finite_rows_are_failed_rows_for_the_account_and_the_prm():
+    keys = ["a_0_0", "a_1_0", "b_0_0", "b_1_0"]
+    fields = [_fields(1.0), _unusable(), _fields(0.0), _fields(failed=True, error="KeyError: 'x'")]
+    account = account_rollouts(keys, [False] * 4, fields, rollout_n=2, expected_prompts=2)
+    assert (account.failed, account.unusable) == (2, 1)
+    assert account.metrics()["reward/failed_total"] == 2.0
+    unlabelled = unlabelled_rows([False] * 4, account.failed_rows, fields)
+    labels = labels_from_extra_fields(fields, unlabelled, "acc")
+    assert labelled_rows([3] * 4, unlabelled).tolist() == [1.0, 0.0, 1.0, 0.0]  # no PRM loss weight, no metric
+    assert torch.isfinite(labels).all()
+    with pytest.raises(RolloutFailureError) as err:
+        account.check(0.0, step=2, reward_fn=REWARD_FN)
+    message = str(err.value)
+    assert message.startswith("prime.max_failed_rollout_ratio: step 2 lost 2 of 4 rollouts")
+    assert "the reward function reward.py:compute_score raised (1) or returned no finite number (1)" in message
+    account.check(0.5, step=2, reward_fn=REWARD_FN)  # half failed: allowed
+
+
+def test_a_step_whose_every_reward_is_non_finite_stops_whatever_the_ratio():
+    keys = ["a_0_0", "a_1_0", "b_0_0", "pad_0_0"]
+    fields = [_unusable(), _unusable("non-number score None (NoneType)"), _unusable(), _fields(1.0)]
+    account = account_rollouts(keys, [False, False, False, True], fields, rollout_n=2, expected_prompts=2)
+    assert (account.failed, account.unusable, account.dropped) == (3, 3, 1)
+    with pytest.raises(RolloutFailureError) as err:
+        account.check(1.0, step=5, reward_fn=REWARD_FN)
+    message = str(err.value)
+    assert message.startswith(
+        "reward.custom_reward_function.path: step 5: the reward function reward.py:compute_score gave every one "
+        "of the 3 rollouts a reward that is not a finite number (first: non-finite score nan)"
+    )
+    # one finite reward left: the ratio decides
+    fields[2] = _fields(1.0)
+    account_rollouts(keys, [False, False, False, True], fields, 2, 2).check(1.0, step=5, reward_fn=REWARD_FN)
+
+
+def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatch, caplog):
+    """The trainer's accounting names the reward function of its config; nothing reaches the PRM."""
+    from types import SimpleNamespace
+
+    import verl_prime_lora.integration.trainer as trainer_module
+
+    keys = ["a_0_0", "a_1_0", "a_2_0"]
+    fields = [_unusable()] * 3
+    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
+    forwards = []
+    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
+    trainer.config = colocated(
+        "data.train_batch_size=1", "actor_rollout_ref.rollout.n=3", "prime.max_failed_rollout_ratio=1.0"
+    )
+    trainer.prime = prime_config(trainer.config)
+    trainer.parameter_sync_step, trainer.global_steps = 1, 2
+    trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
+    trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")
+    batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{}] * 3)
+    fn = "pkg://verl_prime_lora.rewards.math_format:compute_score"  # the recipe's
+    with pytest.raises(RolloutFailureError, match=rf"^reward\.custom_reward_function\.path: step 2: .*{fn} gave"):
+        trainer._compute_advantage(batch, {})
+    assert forwards == []

@@ -121,7 +121,7 @@ CANARIES = [
         "the fields written back to TransferQueue; the estimator call (compute_advantage_for_multi_"
         "trajectories) is replaced by prime_advantages",
     ),
-    # -- prm_worker.py: the pre-update log-probs captured in the update (prime.prm.pre_update_log_probs) ---------
+    # -- prm_worker.py: the pre-update log-probs captured in the update (prm/pre_update_from_update) ---------
     Canary(
         "verl.workers.engine_workers:TrainingWorker.train_mini_batch",
         "89c6837320994ec5",

@@ -1,10 +1,13 @@
 """verl-prime-lora: PRIME (arXiv 2502.01456) as a plugin for veRL 0.9.1, with a LoRA actor.
 
-Layers (see README): `core_algos` (pure-tensor math), the PRM worker and PRIME trainers (veRL glue),
-the task (rewards, prompt filtering), the CPU platform, and the Hydra config group `recipe/`.
-veRL loads `verl_prime_lora.integration.plugin` itself. Importing this package only sets up its logger, here and
-nowhere else: ``verl_prime_lora.*`` loggers log from ``VERL_PRIME_LORA_LOGGING_LEVEL`` (default INFO),
-where the root logger's level (WARNING, set at ``import verl``) would hide the package's INFO lines.
+Its folders are its layers: `algo` (the math and the typed config), `integration` (the veRL plugin, PRIME
+trainers, PRM worker, prompt filter, patches), `checks` (before Ray), `rewards`, `cpu` (the CPU platform),
+`preflight` (GPU memory), `tools` (eval, export, config reference, tiny models) and `demo` (the CPU main job);
+the Hydra config group is `recipe/`. veRL loads `verl_prime_lora.integration.plugin` itself.
+
+Importing this package only sets up its logger, here and nowhere else: ``verl_prime_lora.*`` loggers log
+from ``VERL_PRIME_LORA_LOGGING_LEVEL`` (default INFO), where the root logger's level (WARNING, set at
+``import verl``) would hide the package's INFO lines.
 """
 
 import logging

@@ -1,12 +1,16 @@
 """The README's main job as written: `examples/run_cpu_demo.sh` (what `make demo` runs).
 
 One real `main_ppo` run (LoRA actor, vLLM-CPU rollouts, the accuracy-band prompt filter, implicit PRM trained
-online, `prime_grpo`) on the warm-started tiny model of `verl_prime_lora.demo.chain_task`, 10 steps long. Checked:
-* it learns: veRL's greedy validation accuracy rises by at least 10 points over its start (the test that
-  catches a sign error, a LoRA update that never reaches vLLM, or a process term that drowns the outcome);
-* the PRM separates right from wrong answers: `prm/dpo_acc` (the reference implementations' pairwise
-  accuracy of the rewards the advantage uses) averages above 0.6 over the last 5 steps, and its ranking of
-  each step's responses before training on them (`prm/dpo_acc_before_mixed`) is better than chance;
+online, `prime_grpo`) on the warm-started tiny model of `verl_prime_lora.demo.chain_task`, 10 steps long.
+The learning claims are tests against chance at one-sided p < 0.001 (`verl_prime_lora.demo.evidence`), not
+means compared with a fixed bar; docs/findings.md gives their margins over the runs measured so far.
+* it learns: the lower 99.9 % bound of the rise of veRL's greedy validation accuracy (200 problems, the best
+  of steps 5 and 10 over step 0) is above 0 — what catches a sign error, a LoRA update that never reaches
+  vLLM, or a process term that drowns the outcome;
+* the PRM separates right from wrong answers: the ranking of the rewards the advantage uses, pooled over
+  every trained step (Stouffer's Z of `prm/ranking_z`), rejects chance at p < 0.001 — what catches a flipped
+  label or a process term that never leaves zero; and its ranking of each step's responses before
+  training on them (`prm/ranking_z_before`, steps 2-10) rejects chance at p < 0.05;
 * the filter trains only prompts inside the accuracy band: it evicts groups, and every trained group holds a
   right and a wrong answer (`prm/dpo_acc` equals `prm/dpo_acc_mixed`, which leaves single-label groups out);
 * veRL's greedy validation at step 0 reproduces the accuracy the warm start measured with transformers
@@ -28,6 +32,7 @@ from pathlib import Path
 import pytest
 from wandb_offline import offline_run_file, read_offline_history
 
+from verl_prime_lora.demo.evidence import pooled_z, pooled_z_threshold, validation_rise_bound
 from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
 pytestmark = pytest.mark.e2e
@@ -69,19 +74,17 @@ def demo(tmp_path_factory, warm_assets):
     }
 
 
-def _last_five(demo, key: str) -> list[float]:
-    values = [data[key] for step, data in demo["steps"].items() if STEPS - 5 < int(step) <= STEPS]
-    assert len(values) == 5, demo["steps"].keys()
+def _series(demo, key: str, first_step: int) -> list[float]:
+    values = [data[key] for step, data in sorted(demo["steps"].items()) if int(step) >= first_step and key in data]
+    assert len(values) == STEPS - first_step + 1, demo["steps"].keys()
     return values
 
 
 def test_prm_separates_right_from_wrong_answers(demo):
-    # chance is ½. Over steps 6-10 of twelve 10-step runs with the filter and 2-3 PRM passes (README, "The main
-    # job"): 0.611-0.732 in the rewards used (mean 0.67, sd 0.044), 0.558-0.693 before training on them
-    used = _last_five(demo, "prm/dpo_acc")
-    assert sum(used) / 5 > 0.6, used
-    held_out = _last_five(demo, "prm/dpo_acc_before_mixed")
-    assert sum(held_out) / 5 > 0.5, held_out
+    used = pooled_z(_series(demo, "prm/ranking_z", 1))
+    assert used > pooled_z_threshold(1e-3), used
+    held_out = pooled_z(_series(demo, "prm/ranking_z_before", 2))  # step 1: the PRM is still its reference
+    assert held_out > pooled_z_threshold(0.05), held_out
 
 
 def test_prompt_filter_trains_only_groups_with_both_answers(demo):
@@ -104,7 +107,7 @@ def test_vllm_validation_starts_where_the_warm_start_measured(demo):
 def test_prime_raises_validation_accuracy(demo):
     val = {int(step): data[key] for step, data in demo["steps"].items() for key in data if is_val_accuracy_key(key)}
     assert sorted(val) == [0, 5, 10], val
-    assert max(val[5], val[10]) >= val[0] + 0.10, val
+    assert validation_rise_bound(val[0], [val[5], val[10]], demo["warm_start"]["test_size"]) > 0, val
 
 
 def test_console_is_one_line_per_step(demo):

@@ -4,7 +4,7 @@
 Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 1. `first`: 3 PRIME steps on **two training ranks** (actor and PRM data-parallel over 2 fake GPUs, gloo; two
    colocated vLLM replicas), PRM update mode `before`, the PRM's pre-update log-probs both from its update
-   and from a forward of their own (`prime.prm.pre_update_log_probs=check`), a checkpoint after every step;
+   and from a forward of their own (`prime.diagnostics=true`), a checkpoint after every step;
 2. `resumed`: resumes from `first`'s step-2 checkpoint on two ranks, now **one per node of a two-node Ray
    cluster** started on this machine, and trains step 3 with the PRM frozen (`prime.prm.update=none`),
    checkpointing again.
@@ -43,7 +43,8 @@ import torch
 from loop_runs import LORA_ALPHA, LORA_RANK, assert_trained_weights_reached_vllm, load_actor
 
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
-from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS, RUN_MARKER, kill_run
+from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
+from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
 
@@ -171,14 +172,14 @@ FULL_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.05"
 @pytest.fixture(scope="module")
 def first(workdir, tiny_assets):
     """PRIME on two data-parallel ranks, `before` mode; the PRM's pre-update log-probs both from its update's
-    first forward and from a forward of their own (`check`), the latter used. The LoRA adapter of each update
-    reaches both colocated vLLM replicas."""
+    first forward and from a forward of their own (`prime.diagnostics`), the latter used. The LoRA adapter of
+    each update reaches both colocated vLLM replicas."""
     return _run(
         workdir,
         tiny_assets,
         "first",
         "prime.prm.update=before",
-        "prime.prm.pre_update_log_probs=check",
+        "prime.diagnostics=true",
         LORA_SYNC_LR,
         *TWO_RANKS,
     )
@@ -244,24 +245,30 @@ def _on_cluster(address: str, metrics_path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def resumed(workdir, tiny_assets, first):
+def cluster():
+    """One two-node Ray cluster (one fake GPU per node) for the runs that span nodes, one after the other."""
+    with two_node_cluster() as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def resumed(workdir, tiny_assets, first, cluster):
     """`first`'s step-2 checkpoint resumed on two ranks again, now one on each node of a two-node Ray cluster
     (trainer.nnodes=2): the actor's and the PRM's ranks, and a colocated vLLM replica each, span both nodes."""
-    with two_node_cluster() as cluster:
-        return _run(
-            workdir,
-            tiny_assets,
-            "resumed",
-            "prime.prm.update=none",
-            LORA_SYNC_LR,
-            "trainer.resume_mode=resume_path",
-            f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
-            *MICRO_BATCHES_OF_4,
-            "trainer.nnodes=2",
-            "trainer.n_gpus_per_node=1",
-            *_on_cluster(cluster, workdir / "resumed.jsonl"),
-            env=CLUSTER_ENV,
-        )
+    return _run(
+        workdir,
+        tiny_assets,
+        "resumed",
+        "prime.prm.update=none",
+        LORA_SYNC_LR,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
+        *MICRO_BATCHES_OF_4,
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=1",
+        *_on_cluster(cluster, workdir / "resumed.jsonl"),
+        env=CLUSTER_ENV,
+    )
 
 
 def test_three_prime_steps_log_finite_prm_metrics(first):
@@ -277,7 +284,7 @@ def test_pre_update_log_probs_from_the_update_equal_a_forward_of_their_own(first
     # the PRM's log-probs of a separate forward (eval mode, log-prob micro-batches), up to fp32 rounding
     for step in first["steps"]:
         assert step["prm/pre_update_log_prob_max_abs_diff"] < 1e-4
-        assert step["prm/pre_update_from_update"] == 0.0  # `check` uses the separate forward's
+        assert step["prm/pre_update_from_update"] == 0.0  # `prime.diagnostics` uses the separate forward's
         assert "timing_s/prm_forward" in step
 
 
@@ -298,31 +305,6 @@ def test_lora_actor_changes_and_records_dropout(first):
     assert meta["lora_dropout"] == pytest.approx(0.05)
 
 
-def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed):
-    # `resumed` loaded step 2 and trained step 3 with the PRM frozen: its step-3 PRM must be step 2's,
-    # weights, Adam moments and scheduler alike.
-    # Both runs have two ranks: every rank's shard is compared.
-    for what in ("model", "optim"):
-        _assert_same(_prm(first["ckpt"], 2, what, RANKS), _prm(resumed["ckpt"], 3, what, RANKS), what)
-    extra_a, extra_b = _prm(first["ckpt"], 2, "extra_state", RANKS), _prm(resumed["ckpt"], 3, "extra_state", RANKS)
-    for rank in range(RANKS):
-        _assert_same(extra_a[f"{rank}/lr_scheduler"], extra_b[f"{rank}/lr_scheduler"], f"{rank}/lr_scheduler")
-    # while the first run's step-3 PRM (updated) differs from step 2
-    step2, step3 = _prm(first["ckpt"], 2, world_size=RANKS), _prm(first["ckpt"], 3, world_size=RANKS)
-    assert any(not torch.equal(step2[key], step3[key]) for key in step2)
-
-    steps = resumed["steps"]
-    assert len(steps) == 1  # only step 3 was left
-    # the process gate's running mean continues from step 2's (saved with the checkpoint), not from ½
-    saved = json.loads((first["ckpt"] / "global_step_2" / "prime_state.json").read_text())["prm_pairwise_ema"]
-    assert saved == pytest.approx(first["steps"][1]["prm/dpo_acc_before_mixed_ema"])
-    expected = ema(saved, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
-    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected)
-    for key in REQUIRED_PRM_METRICS:
-        assert math.isfinite(steps[0][key]), key
-    assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
-
-
 def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_assets):
     assert_trained_weights_reached_vllm(first, tiny_assets, lora=True, world_size=RANKS)
     assert (first["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
@@ -330,62 +312,30 @@ def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_ass
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 7, 9]])).logits).all()
 
 
-def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
-    steps = split["steps"]
-    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
-    # the pre-update log-probs: step 1 of a process from a forward of their own (a LoRA PRM's first forward has
-    # its adapter on, before the reference's adapter-off forward); from step 2 also from the update's first
-    # forward, which `check` compares with that forward (and uses the latter)
-    assert "prm/pre_update_log_prob_max_abs_diff" not in steps[0]
-    for step in steps[1:]:
-        assert step["prm/pre_update_log_prob_max_abs_diff"] < 1e-4
-    assert all(step["prm/pre_update_from_update"] == 0.0 for step in steps)
-    state = _prm(split["ckpt"], 2)
-    lora_b = [k for k in state if "lora_B" in k]
-    assert lora_b and any(state[k].abs().sum() > 0 for k in lora_b)  # B starts at 0: the adapter learned
-    from safetensors.torch import load_file
-
-    base = load_file(str(tiny_assets["model"] / "model.safetensors"))
-    name = "model.layers.0.mlp.up_proj.weight"
-    frozen = [k for k in state if k.endswith(name.replace(".weight", ".base_layer.weight"))]
-    assert frozen and torch.equal(state[frozen[0]].to(base[name].dtype), base[name])  # base weights untouched
-
-
 @pytest.fixture(scope="module")
-def split(workdir, tiny_assets):
+def split(workdir, tiny_assets, cluster):
     """The split recipe on a two-node Ray cluster of one GPU per node: its trainer pool (actor + PRM, 1 GPU) and
     its standalone rollout pool (vLLM, 1 GPU) each take a whole node, so training runs on one node, rollout
     on the other, and every weight update crosses between them (`cpu_zmq` over TCP)."""
-    with two_node_cluster() as cluster:
-        return _run(
-            workdir,
-            tiny_assets,
-            "split",
-            LORA_SYNC_LR,
-            "prime.prm.model.lora_rank=8",
-            "prime.prm.model.lora_alpha=16",
-            "prime.prm.update=after",
-            "prime.prm.pre_update_log_probs=check",
-            "prime.prm.optim.lr=1e-3",
-            # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
-            # rollout/actor agreement tests the sync rather than staleness
-            "trainer.v1.separate_async.num_warmup_batches=0",
-            "trainer.total_training_steps=3",
-            "trainer.save_freq=1",
-            *_on_cluster(cluster, workdir / "split.jsonl"),
-            recipe="prime_lora",
-            env=CLUSTER_ENV,
-        )
-
-
-def test_split_prime_trainer_runs(split):
-    steps = split["steps"]
-    _assert_prm_metrics(steps, 3)
-    assert all(step["actor/grad_norm"] > 0 for step in steps)
-
-
-def test_merged_lora_weights_reach_the_standalone_replica(split, tiny_assets):
-    assert_trained_weights_reached_vllm(split, tiny_assets, lora=True)
+    return _run(
+        workdir,
+        tiny_assets,
+        "split",
+        LORA_SYNC_LR,
+        "prime.prm.model.lora_rank=8",
+        "prime.prm.model.lora_alpha=16",
+        "prime.prm.update=after",
+        "prime.diagnostics=true",
+        "prime.prm.optim.lr=1e-3",
+        # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
+        # rollout/actor agreement tests the sync rather than staleness
+        "trainer.v1.separate_async.num_warmup_batches=0",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        *_on_cluster(cluster, workdir / "split.jsonl"),
+        recipe="prime_lora",
+        env=CLUSTER_ENV,
+    )
 
 
 # One PRM update on one training rank and on two, from the same rollouts: veRL's sync trainer takes the same
@@ -476,3 +426,61 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
     for step in steps:
         assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
+
+
+# The runs on the two-node cluster come last: the cluster fixture lives until the module ends, and a
+# local run started while it lives would join it.
+def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed):
+    # `resumed` loaded step 2 and trained step 3 with the PRM frozen: its step-3 PRM must be step 2's,
+    # weights, Adam moments and scheduler alike.
+    # Both runs have two ranks: every rank's shard is compared.
+    for what in ("model", "optim"):
+        _assert_same(_prm(first["ckpt"], 2, what, RANKS), _prm(resumed["ckpt"], 3, what, RANKS), what)
+    extra_a, extra_b = _prm(first["ckpt"], 2, "extra_state", RANKS), _prm(resumed["ckpt"], 3, "extra_state", RANKS)
+    for rank in range(RANKS):
+        _assert_same(extra_a[f"{rank}/lr_scheduler"], extra_b[f"{rank}/lr_scheduler"], f"{rank}/lr_scheduler")
+    # while the first run's step-3 PRM (updated) differs from step 2
+    step2, step3 = _prm(first["ckpt"], 2, world_size=RANKS), _prm(first["ckpt"], 3, world_size=RANKS)
+    assert any(not torch.equal(step2[key], step3[key]) for key in step2)
+
+    steps = resumed["steps"]
+    assert len(steps) == 1  # only step 3 was left
+    # the process gate's running mean continues from step 2's (saved with the checkpoint), not from ½
+    saved = json.loads((first["ckpt"] / "global_step_2" / "prime_state.json").read_text())["prm_pairwise_ema"]
+    assert saved == pytest.approx(first["steps"][1]["prm/dpo_acc_before_mixed_ema"])
+    expected = ema(saved, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
+    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected)
+    for key in REQUIRED_PRM_METRICS:
+        assert math.isfinite(steps[0][key]), key
+    assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
+
+
+def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
+    steps = split["steps"]
+    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
+    # the pre-update log-probs: step 1 of a process from a forward of their own (a LoRA PRM's first forward has
+    # its adapter on, before the reference's adapter-off forward); from step 2 also from the update's first
+    # forward, which `prime.diagnostics` compares with that forward (and uses the latter)
+    assert "prm/pre_update_log_prob_max_abs_diff" not in steps[0]
+    for step in steps[1:]:
+        assert step["prm/pre_update_log_prob_max_abs_diff"] < 1e-4
+    assert all(step["prm/pre_update_from_update"] == 0.0 for step in steps)
+    state = _prm(split["ckpt"], 2)
+    lora_b = [k for k in state if "lora_B" in k]
+    assert lora_b and any(state[k].abs().sum() > 0 for k in lora_b)  # B starts at 0: the adapter learned
+    from safetensors.torch import load_file
+
+    base = load_file(str(tiny_assets["model"] / "model.safetensors"))
+    name = "model.layers.0.mlp.up_proj.weight"
+    frozen = [k for k in state if k.endswith(name.replace(".weight", ".base_layer.weight"))]
+    assert frozen and torch.equal(state[frozen[0]].to(base[name].dtype), base[name])  # base weights untouched
+
+
+def test_split_prime_trainer_runs(split):
+    steps = split["steps"]
+    _assert_prm_metrics(steps, 3)
+    assert all(step["actor/grad_norm"] > 0 for step in steps)
+
+
+def test_merged_lora_weights_reach_the_standalone_replica(split, tiny_assets):
+    assert_trained_weights_reached_vllm(split, tiny_assets, lora=True)

@@ -2,8 +2,10 @@
 a reward function that fails on a schedule (half_failing_reward.py): half of step 1's rollouts, then all.
 
 One run with `prime.max_failed_rollout_ratio=0.6`:
-* step 1 (4 of 8 rollouts failed, ratio 0.5) is kept: it counts its failed rollouts, none is dropped,
-  every group keeps its rollout.n rollouts, the PRM metrics stay finite;
+* step 1 (4 of 8 rollouts failed, ratio 0.5: two raised, two returned a NaN score) is kept: it counts its
+  failed rollouts, none is dropped, every group keeps its rollout.n rollouts, and every loss, grad norm and
+  advantage it logs is finite (veRL alone trains on a NaN reward: NaN pg_loss, grad_norm, advantages and
+  prm/update_loss, with reward/failed_total 0);
 * step 2 (every rollout failed) stops the run: main_ppo exits non-zero with the knob, the counts and the
   reward's own error message;
 * the reward's error reaches the log once per reward-loop worker, not once per rollout, and veRL's
@@ -29,6 +31,18 @@ MAX_RATIO = 0.6
 FIRST_STEP_ROLLOUTS = 8  # half_failing_reward.FIRST_STEP_ROLLOUTS: cpu.yaml's train_batch_size 4 x N
 REWARD_WORKERS = 1  # recipe/cpu.yaml: reward.num_workers
 TIMEOUT_S = 1200
+FINITE_KEYS = (
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "critic/advantages/mean",
+    "critic/score/mean",
+    "prm/ce_loss",
+    "prm/classification_acc",
+    "prm/dpo_acc",
+    "prm/update_loss",
+    "prm/grad_norm",
+    "prm/process_reward/token_mean",
+)
 
 
 def _run(workdir: Path, assets: dict, name: str, *overrides: str) -> dict:
@@ -79,7 +93,7 @@ def test_a_step_within_the_ratio_trains_every_rollout_and_counts_the_failed_ones
     assert step["reward/failed_ratio"] == step["prime/failed_rollout_ratio"] == 0.5
     assert step["prime/dropped_rollouts_total"] == 0
     assert step["prime/group_size_min"] == N
-    for key in ("prm/ce_loss", "prm/classification_acc", "prm/dpo_acc", "prm/update_loss"):
+    for key in FINITE_KEYS:
         assert math.isfinite(step[key]), (key, step[key])
 
 

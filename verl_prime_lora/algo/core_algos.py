@@ -7,8 +7,7 @@ Notation (every function below states which part it computes):
   order — never by position. Padding rows (veRL's ``pad…`` uids, zero mask) form their own groups.
 * ``L_i = max(Σ_t m[i,t], 1)``; outcome score ``R_i = Σ_t token_level_rewards[i, t]``.
 * Implicit PRM: ``q[i,t] = log π_φ(y_t|y_<t) − log π_ref(y_t|y_<t)``; token process reward
-  ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]`` (optionally with q
-  centred on its batch mean q̄, `mean_token_log_ratio`).
+  ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]``.
 * Mean process reward of a response: ``r̄_i = Σ_t r[i,t] m[i,t] / L_i``.
 
 Everything is vectorised (no Python loop over rows or tokens) and computed in float32 (float64 when
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 from verl_prime_lora.algo.prime_config import AdvantageConfig, advantage_config, config_value
 
 # veRL's, bound at first call: importing this module does not import veRL (see verl_bindings).
-from verl_prime_lora.algo.verl_bindings import get_adv_estimator_fn, masked_whiten, register_adv_est
+from verl_prime_lora.algo.verl_bindings import masked_whiten, register_adv_est
 
 # algorithm.prime's defaults (prime_config), for the functions below called without a config
 DEFAULT_EPSILON = AdvantageConfig.epsilon  # as veRL's grpo
@@ -99,7 +98,7 @@ def mean_token_log_ratio(
 
     On responses sampled from π_ref, E[q] = −KL(π_ref ‖ π_φ) ≤ 0 per token: as the PRM moves away from its
     reference, z_i = β·Σ_t q gains a term ≈ −β·L_i·KL that ranks short responses above long ones,
-    whatever their answers. `implicit_process_rewards(..., center=True)` subtracts q̄.
+    whatever their answers (a diagnostic of the trainer, `prm/token_log_ratio_mean`).
     """
     dtype = compute_dtype(prm_log_probs, ref_log_probs)
     m = response_mask.to(dtype)
@@ -111,18 +110,13 @@ def implicit_process_rewards(
     ref_log_probs: torch.Tensor,
     response_mask: torch.Tensor,
     beta: float,
-    center: bool = False,
 ) -> torch.Tensor:
-    r"""Token process rewards r[i,t] = β · (q[i,t] − c) · m[i,t]   (paper Eq. 3: c = 0).
+    r"""Token process rewards r[i,t] = β · q[i,t] · m[i,t]   (paper Eq. 3).
 
-    ``center=True``: c = q̄ (`mean_token_log_ratio` over this batch's mask), so that a shift of every token's
-    log-ratio by the same amount changes no reward and z carries no length term (`prime.prm.center_log_ratio`).
     Every response token gets its reward, the last one included.
     """
     dtype = compute_dtype(prm_log_probs, ref_log_probs)
     q = prm_log_probs.to(dtype) - ref_log_probs.to(dtype)
-    if center:
-        q = q - mean_token_log_ratio(prm_log_probs, ref_log_probs, response_mask)
     return beta * q * response_mask.to(dtype)
 
 
@@ -131,13 +125,12 @@ def prm_sequence_logits(
     ref_log_probs: torch.Tensor,
     response_mask: torch.Tensor,
     beta: float,
-    center: bool = False,
 ) -> torch.Tensor:
-    r"""Sequence logit z_i = β · Σ_t (q[i,t] − c) · m[i,t] (c as in `implicit_process_rewards`); keeps the graph.
+    r"""Sequence logit z_i = β · Σ_t q[i,t] · m[i,t]; keeps the graph.
 
     σ(z_i) is the implicit PRM's probability that response i is correct (paper Eq. 4).
     """
-    return implicit_process_rewards(prm_log_probs, ref_log_probs, response_mask, beta, center).sum(dim=-1)
+    return implicit_process_rewards(prm_log_probs, ref_log_probs, response_mask, beta).sum(dim=-1)
 
 
 def _valid_rows(response_mask: torch.Tensor) -> torch.Tensor:
@@ -212,18 +205,13 @@ def prm_classification_accuracy(
     return agree.sum().to(torch.float32) / valid.sum().clamp_min(1)
 
 
-def prm_pairwise_accuracy(
-    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor, mixed_only: bool = False
-) -> torch.Tensor:
-    r"""Group pairwise ranking accuracy of the PRM ("dpo_acc" of the reference implementations).
+def _group_pairs(
+    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Per group g: (U_g, k_g·m_g, k_g + m_g, whether g holds a valid row), in float32/64.
 
-    In each group g, over pairs (i, j) of valid rows with acc_i ≠ acc_j:
-        acc_g = Σ_{i,j} |acc_i − acc_j| · a_ij / Σ_{i,j} |acc_i − acc_j|,
-        a_ij = 1 if (z_i − z_j)(acc_i − acc_j) > 0, ½ if z_i = z_j, else 0;
-    acc_g = ½ for a group with no such pair. The result is the mean of acc_g over groups that hold at
-    least one valid row. (Ties count ½ here; the reference code counts them by sign convention.)
-    ``mixed_only``: the mean over groups that hold such a pair instead (½ if none does), so that groups
-    with one label only do not pull the result towards ½.
+    k_g, m_g: valid rows labelled right / wrong; U_g = Σ over the k_g·m_g (right i, wrong j) pairs of
+    [z_i > z_j] + ½·[z_i = z_j], the Mann–Whitney count of pairs the scores rank the right way.
     """
     dtype = compute_dtype(seq_logits)
     gid = group_ids(index, seq_logits.device)
@@ -239,16 +227,54 @@ def prm_pairwise_accuracy(
     acc = torch.zeros(shape, dtype=dtype, device=gid.device).index_put_((gid, pos), labels.to(dtype))
     ok = torch.zeros(shape, dtype=torch.bool, device=gid.device).index_put_((gid, pos), valid)
 
+    right = (acc > 0.5) & ok
+    wrong = (acc <= 0.5) & ok
+    pair = right[:, :, None] & wrong[:, None, :]  # (G, K, K): i right, j wrong
     dz = z[:, :, None] - z[:, None, :]
-    dacc = acc[:, :, None] - acc[:, None, :]
-    weight = dacc.abs() * (ok[:, :, None] & ok[:, None, :])
-    agree = torch.where(dz == 0, torch.full_like(dz, 0.5), ((dz * dacc) > 0).to(dtype))
-    num, den = (weight * agree).sum(dim=(1, 2)), weight.sum(dim=(1, 2))
-    per_group = torch.where(den > 0, num / den.clamp_min(torch.finfo(dtype).tiny), torch.full_like(den, 0.5))
-    counted = den > 0 if mixed_only else ok.any(dim=1)
+    wins = torch.where(dz == 0, torch.full_like(dz, 0.5), (dz > 0).to(dtype))
+    u = (wins * pair).sum(dim=(1, 2))
+    pairs = pair.sum(dim=(1, 2)).to(dtype)
+    size = (right.sum(1) + wrong.sum(1)).to(dtype)
+    return u, pairs, size, ok.any(dim=1)
+
+
+def prm_pairwise_accuracy(
+    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor, mixed_only: bool = False
+) -> torch.Tensor:
+    r"""Group pairwise ranking accuracy of the PRM ("dpo_acc" of the reference implementations).
+
+    In each group g, over the k_g·m_g pairs (i right, j wrong) of valid rows:
+        acc_g = U_g / (k_g·m_g),   U_g = Σ_{i,j} a_ij,   a_ij = 1 if z_i > z_j, ½ if z_i = z_j, else 0;
+    acc_g = ½ for a group with no such pair. The result is the mean of acc_g over groups that hold at
+    least one valid row. (Ties count ½ here; the reference code counts them by sign convention.)
+    ``mixed_only``: the mean over groups that hold such a pair instead (½ if none does), so that groups
+    with one label only do not pull the result towards ½.
+    """
+    u, pairs, _, has_rows = _group_pairs(seq_logits, labels, index, response_mask)
+    per_group = torch.where(pairs > 0, u / pairs.clamp_min(1), torch.full_like(u, 0.5))
+    counted = pairs > 0 if mixed_only else has_rows
     if mixed_only and not counted.any():
-        return torch.tensor(0.5, dtype=dtype, device=gid.device)
+        return torch.tensor(0.5, dtype=u.dtype, device=u.device)
     return (per_group * counted).sum() / counted.sum().clamp_min(1)
+
+
+def prm_ranking_z(
+    seq_logits: torch.Tensor, labels: torch.Tensor, index: Any, response_mask: torch.Tensor
+) -> torch.Tensor:
+    r"""How far the PRM's ranking is from chance, in standard errors (a stratified Mann–Whitney z).
+
+        Z = Σ_g (U_g − k_g m_g / 2) / sqrt(Σ_g k_g m_g (k_g + m_g + 1) / 12)
+
+    over the mixed groups (U_g as in `prm_pairwise_accuracy`). Scores that rank at random within each
+    group give E[U_g] = k_g m_g / 2 and Var[U_g] = k_g m_g (k_g + m_g + 1) / 12 (no ties; ties only
+    lower the variance, so Z is conservative), and groups are independent: Z is ≈ N(0, 1) under chance,
+    Z > 3.09 is one-sided p < 0.001. Steps pool by Stouffer's rule, Σ_s Z_s / √S. 0 without a mixed group.
+    """
+    u, pairs, size, _ = _group_pairs(seq_logits, labels, index, response_mask)
+    variance = (pairs * (size + 1) / 12).sum()
+    if variance <= 0:
+        return torch.zeros((), dtype=u.dtype, device=u.device)
+    return (u - pairs / 2).sum() / variance.sqrt()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -529,42 +555,6 @@ def compute_prime_rloo_advantage(
     return prime_advantage(
         lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
         _process_part(config, options, "leave_one_out"),
-        token_level_rewards,
-        response_mask,
-        index,
-        options,
-        process_rewards,
-        process_scale,
-    )
-
-
-@register_adv_est("prime")
-def compute_prime_composed_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray,
-    config: Any = None,
-    process_rewards: torch.Tensor | None = None,
-    process_scale: float = 1.0,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""PRIME on top of any registered outcome estimator: A = c_o·A^o_<estimator> + c_p·A^p_<baseline>.
-
-    ``algorithm.prime.outcome_estimator`` names any estimator in veRL's registry that needs only
-    (token_level_rewards, response_mask, index, config) — e.g. ``grpo``, ``rloo``,
-    ``reinforce_plus_plus``, ``grpo_passk`` — and ``algorithm.prime.process_baseline`` is
-    ``group_norm`` (default) or ``leave_one_out``; ``process_scale`` (the trainer's process gate) multiplies c_p.
-    """
-    options = advantage_config(config)
-    outcome_fn = get_adv_estimator_fn(options.outcome_estimator)
-
-    def outcome(rewards: torch.Tensor, mask: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
-        advantages, _ = outcome_fn(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
-        return advantages
-
-    return prime_advantage(
-        outcome,
-        _process_part(config, options, options.process_baseline),
         token_level_rewards,
         response_mask,
         index,

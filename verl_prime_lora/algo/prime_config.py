@@ -36,9 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 UPDATE_MODES = ("before", "after", "none")  # prime.prm.update
 REFERENCE_TYPES = ("init", "policy")  # prime.prm.reference
-PRE_UPDATE_SOURCES = ("from_update", "forward", "check")  # prime.prm.pre_update_log_probs
 PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (core_algos.PROCESS_NORMS implements them)
-PROCESS_BASELINES = ("group_norm", "leave_one_out")  # algorithm.prime.process_baseline
 # Reward-info keys that are not an outcome accuracy and must never become the PRM label.
 FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
 # prime.prm sections typed by veRL's own dataclasses (prm_worker.build_prm_worker_config), not here.
@@ -134,34 +132,26 @@ class PrmConfig(_Section):
     """`prime.prm`: the implicit PRM, r_t = β·(log π_φ − log π_ref)(y_t), trained with BCE on the outcome label.
 
     Args:
-        beta: β of the implicit reward; > 0.
-        update: `before` (update, then recompute the rewards), `after` (rewards from the pre-update
-            PRM, then update) or `none` (frozen).
-        reference: `init` (the PRM's initial weights) or `policy` (the rollout policy's old log-probs).
+        beta: β of the implicit reward; > 0 (the paper and the seed: 0.05).
+        update: `before` (update, then recompute the rewards: the seed), `after` (rewards from the
+            pre-update PRM, then update: one PRM forward less) or `none` (a frozen PRM).
+        reference: `init` (the PRM's initial weights: the seed) or `policy` (the rollout policy's old
+            log-probs: when the policy moves fast, as in the CPU demo).
         label_key: the `reward_extra_info` key holding the 0/1 outcome accuracy (never the format
-            reward or the combined score).
-        balance_labels: weigh right and wrong responses equally in the PRM loss.
-        center_log_ratio: subtract the batch's mean token log-ratio q̄ from every token's log-ratio, in the
-            PRM loss, its metrics and the process rewards (`core_algos.mean_token_log_ratio`): z then has
-            no length term −β·L·KL(π_ref‖π_φ).
-        mini_batch_size: prompts per PRM optimizer step (x rollout.n); null: the actor's
+            reward or the combined score); set it for a custom reward function.
+        balance_labels: weigh right and wrong responses equally in the PRM loss (a skewed base rate,
+            as in the CPU demo).
+        mini_batch_size: prompts per PRM optimizer step (x rollout.n; memory); null: the actor's
             `ppo_mini_batch_size` (what the recipe interpolates), filled in by `prime_config`.
-        micro_batch_size_per_gpu: responses per PRM forward/backward.
+        micro_batch_size_per_gpu: responses per PRM forward/backward (memory; the seed: 2).
         infer_micro_batch_size_per_gpu: responses per PRM / reference log-prob forward; null: as
             `micro_batch_size_per_gpu`.
-        use_dynamic_bsz: token-budget micro-batches instead (then `max_token_len_per_gpu` is required).
+        use_dynamic_bsz: token-budget micro-batches instead (memory; then `max_token_len_per_gpu` is required).
         max_token_len_per_gpu: token budget per micro-batch with `use_dynamic_bsz`.
         infer_max_token_len_per_gpu: the same for log-prob forwards; null: as `max_token_len_per_gpu`.
-        epochs: passes over the batch per RL step.
-        shuffle: shuffle responses across PRM mini-batches.
-        seed: the mini-batch shuffling seed.
-        pre_update_log_probs: where the PRM's log-probs before this step's update (the `after` rewards, the
-            held-out `prm/dpo_acc_before*`) come from. `from_update`: the update's own first forward, where
-            that is exact (`prm_worker.update_forward_is_pre_update`: the step's batch is one PRM mini-batch,
-            no dropout in the PRM or its LoRA adapter; a LoRA PRM's first step in a process excepted), else
-            a forward of their own; `forward`: always a forward of their own; `check`: where `from_update`
-            would take them from the update, both, logging their largest difference
-            (`prm/pre_update_log_prob_max_abs_diff`) and using the separate forward's.
+        epochs: passes over the batch per RL step (the PRM's fit: the CPU demo makes 3).
+        shuffle: shuffle responses across PRM mini-batches (with several mini-batches a step).
+        seed: the mini-batch shuffling seed (reproducibility).
     """
 
     KEY: ClassVar[str] = "prime.prm"
@@ -172,7 +162,6 @@ class PrmConfig(_Section):
     reference: str = "init"
     label_key: str = "acc"
     balance_labels: bool = False
-    center_log_ratio: bool = False
     mini_batch_size: Optional[int] = None
     micro_batch_size_per_gpu: int = 2
     infer_micro_batch_size_per_gpu: Optional[int] = 4
@@ -182,7 +171,6 @@ class PrmConfig(_Section):
     epochs: int = 1
     shuffle: bool = False
     seed: int = 42
-    pre_update_log_probs: str = "from_update"
 
     def __post_init__(self) -> None:
         if not self.beta > 0:
@@ -191,8 +179,6 @@ class PrmConfig(_Section):
             self._fail("update", f"choose one of {list(UPDATE_MODES)}.")
         if self.reference not in REFERENCE_TYPES:
             self._fail("reference", f"choose one of {list(REFERENCE_TYPES)}.")
-        if self.pre_update_log_probs not in PRE_UPDATE_SOURCES:
-            self._fail("pre_update_log_probs", f"choose one of {list(PRE_UPDATE_SOURCES)}.")
         if not self.label_key or self.label_key in FORBIDDEN_LABEL_KEYS:
             self._fail(
                 "label_key",
@@ -221,13 +207,20 @@ class PrimeConfig(_Section):
     Args:
         max_failed_rollout_ratio: the largest share of a step's rollouts that may fail in the reward
             function or be dropped before training, in [0, 1] (0: stop at the first; 1: never stop;
-            see `reward_failures`).
+            see `reward_failures`); raise it for a flaky or sandboxed reward function.
+        diagnostics: per-step diagnostics of the PRM beyond its accuracies and losses
+            (`prm/token_log_ratio_mean`, `prm/length_pairwise_mixed`, `prm/ref_likelihood_dpo_acc_mixed`,
+            `prm/policy_dpo_acc_mixed`), and, where the PRM's pre-update log-probs come from its update's
+            first forward, a separate forward as well, logging their largest difference
+            (`prm/pre_update_log_prob_max_abs_diff`; the forward's are used). For debugging: one PRM forward
+            more per step.
         prm: the implicit PRM (`PrmConfig`).
     """
 
     KEY: ClassVar[str] = "prime"
 
     max_failed_rollout_ratio: float = 0.0
+    diagnostics: bool = False
     prm: PrmConfig = field(default_factory=PrmConfig)
 
     def __post_init__(self) -> None:
@@ -244,19 +237,16 @@ class AdvantageConfig(_Section):
     """`algorithm.prime`: the PRIME advantage A = c_o·A^o + w·c_p·A^p (`core_algos`).
 
     Args:
-        outcome_coef: c_o, the weight of the outcome advantage.
-        process_coef: c_p, the weight of the process advantage (0: outcome only).
-        process_norm: the group normalisation of the process part with a `group_norm` baseline:
-            `sequence` (stats of the PRM's sequence logits, length-free) or `token` (the seed's).
-        process_std_threshold: no process term in groups whose std is below this; >= 0.
+        outcome_coef: c_o, the weight of the outcome advantage (ablations).
+        process_coef: c_p, the weight of the process advantage (0: outcome only; ablations).
+        process_norm: the group normalisation of `prime_grpo`'s process part: `sequence` (stats of the
+            PRM's sequence logits, length-free) or `token` (the seed's formula, to reproduce it).
+        process_std_threshold: `prime_grpo`: no process term in groups whose std is below this; >= 0
+            (the seed: 1e-2).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
-            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1).
-        whiten_advantages: masked whitening of the final advantage over the batch.
+            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper).
+        whiten_advantages: masked whitening of the final advantage over the batch (as PRIME's code).
         epsilon: the std epsilon (as veRL's grpo); >= 0.
-        outcome_estimator: the outcome estimator of the composed `prime` estimator: any registered
-            outcome-only veRL estimator (not a PRIME one).
-        process_baseline: the process baseline of the composed `prime` estimator: `group_norm` or
-            `leave_one_out`.
     """
 
     KEY: ClassVar[str] = "algorithm.prime"
@@ -268,8 +258,6 @@ class AdvantageConfig(_Section):
     process_gate: Optional[float] = 0.75
     whiten_advantages: bool = False
     epsilon: float = 1e-6
-    outcome_estimator: str = "grpo"
-    process_baseline: str = "group_norm"
 
     def __post_init__(self) -> None:
         if self.process_norm not in PROCESS_NORMS:
@@ -284,10 +272,6 @@ class AdvantageConfig(_Section):
             )
         if self.epsilon < 0:
             self._fail("epsilon", "the std epsilon: >= 0.")
-        if self.outcome_estimator.startswith("prime"):
-            self._fail("outcome_estimator", "name an outcome estimator (e.g. grpo, rloo), not a PRIME one.")
-        if self.process_baseline not in PROCESS_BASELINES:
-            self._fail("process_baseline", f"choose one of {list(PROCESS_BASELINES)}.")
 
 
 def prime_config(config: Any) -> PrimeConfig:

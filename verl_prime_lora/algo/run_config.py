@@ -7,7 +7,7 @@ veRL, torch or Ray at module level (the resume lookup imports veRL's tracker-fil
 
 **Which runs are PRIME runs** (`is_prime_run`): those whose `trainer.v1.trainer_mode` is a PRIME trainer
 (`prime_sync`, `prime_separate_async`) or whose `algorithm.adv_estimator` is a PRIME estimator
-(`prime_grpo`, `prime_rloo`, `prime`). Only these get the plugin's checks before Ray, its reward dry
+(`prime_grpo`, `prime_rloo`). Only these get the plugin's checks before Ray, its reward dry
 run and its reward-failure accounting; every other run sees veRL as it is.
 """
 
@@ -21,7 +21,7 @@ from verl_prime_lora.algo.prime_config import config_value, prime_config
 # trainer.v1.trainer_mode names registered by verl_prime_lora.integration.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.algo.core_algos).
-PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo", "prime")
+PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
 # The temperature of every log-prob the PRM and its reference score (the PRM's training temperature).
 PRM_TEMPERATURE = 1.0
 

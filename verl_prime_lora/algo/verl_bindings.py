@@ -10,7 +10,7 @@ would fail. So `core_algos` imports only torch/numpy and this module:
   `core_algos`: in every process that imports veRL, the estimators are registered once, whichever of
   veRL and `core_algos` was imported first. With veRL's plugin loading turned off
   (``VERL_USE_EXTERNAL_PLUGINS``), call it yourself.
-* ``get_adv_estimator_fn`` and ``masked_whiten`` are veRL's, imported at their first call.
+* ``masked_whiten`` is veRL's, imported at its first call.
 """
 
 from __future__ import annotations
@@ -39,13 +39,6 @@ def register_recorded_estimators() -> None:
 
     for name, fn in _RECORDED_ESTIMATORS.items():
         verl_register_adv_est(name)(fn)
-
-
-def get_adv_estimator_fn(name: str) -> Callable[..., Any]:
-    """veRL's estimator registry lookup (`verl.trainer.ppo.core_algos.get_adv_estimator_fn`)."""
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn as verl_get_adv_estimator_fn
-
-    return verl_get_adv_estimator_fn(name)
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:

@@ -2,9 +2,10 @@
 
 `check_inputs(config)` raises `InputCheckError` (a `ValueError` whose message starts with the config key,
 and names the path or row) for inputs that veRL 0.9.1 would otherwise reject only minutes later inside a
-Ray actor, or on which it hangs. It runs for every `main_ppo` run with this plugin, from the driver-side
-wrapper of veRL's `validate_config` (`verl_patches.install_driver_validation`), right after the config
-checks of `config_checks.validate_prime_config`. In order:
+Ray actor, or on which it hangs. It runs for every PRIME `main_ppo` run with this plugin, from the driver-side
+wrapper of veRL's `validate_config` (`verl_patches.install_driver_validation`), in two parts: `check_devices`
+before the config checks of `config_checks.validate_prime_config` (whose micro-batch arithmetic assumes the
+devices are there, so a missing device is blamed as such), `check_files_and_code` (2-6) after them. In order:
 
 1. devices (`check_devices`), config only:
    - with `ray_kwargs.ray_init.num_gpus` set: the GPUs the layout asks Ray for fit in it. That is the
@@ -19,13 +20,16 @@ checks of `config_checks.validate_prime_config`. In order:
      reward-loop workers are default Ray actors, which need no free CPU, so
      `actor_rollout_ref.rollout.agent.num_workers` is not counted.
 2. model folders (`check_model_paths`): `actor_rollout_ref.model.path` and, for a PRIME trainer,
-   `prime.prm.model.path` hold a `config.json`; they (or the `tokenizer_path` next to them, when set) hold a
-   tokenizer (`tokenizer.json`, a vocabulary file, or a `tokenizer_config.json` with remote code). Hub ids
+   `prime.prm.model.path` hold a `config.json` and weights (`*.safetensors`, `pytorch_model*.bin`, or the
+   index of either); they (or the `tokenizer_path` next to them, when set) hold a tokenizer
+   (`tokenizer.json`, a vocabulary file, or a `tokenizer_config.json` with remote code); one message names
+   everything a folder lacks. Hub ids
    (`org/name` that is not a local folder) and remote URLs are skipped: nothing is downloaded. For a PRIME
    trainer the PRM tokenizer must then equal the policy's (`config_checks.check_prm_tokenizer`).
 3. data files (`check_data_files`): every `data.train_files` / `data.val_files` entry (a string or a list)
-   exists, is a file veRL's RLHFDataset reads (.parquet, .json, .jsonl), and its schema (parquet: the schema
-   and the first rows only; json lines: the first line) has the column `data.prompt_key` as a list of chat
+   exists, is a file veRL's RLHFDataset reads (.parquet, .json, .jsonl), has rows (parquet: its metadata's
+   row count, whoever wrote it; JSON: a first record), and its schema (parquet: the schema and the first rows
+   only; json lines: the first record) has the column `data.prompt_key` as a list of chat
    messages and, when rule-based rewards are computed (a custom reward function, or no reward model), the
    `data_source` column and a `reward_model` struct with a `ground_truth` field: veRL's reward managers read
    both for every sample. A custom dataset class (`data.custom_cls.path`) or reward manager
@@ -35,7 +39,8 @@ checks of `config_checks.validate_prime_config`. In order:
    first row of the first train file, with the row's ground truth as the response
    (`<think>...</think> \\boxed{GT}`). It must not raise; a dict result must hold `score` (veRL reads it)
    and, for a PRIME trainer, `prime.prm.label_key`; with the prompt filter, its `accuracy_key`. (veRL
-   stores a plain number as `acc`.)
+   stores a plain number as `acc`.) The score and those keys' values must be finite numbers
+   (`finite_checks.value_problem`: not NaN, ±inf, a string or None).
 5. agent loops (`check_agent_loops`), PRIME trainers only: every loop the run can use (`actor_rollout_ref.
    rollout.agent.default_agent_loop`, the `agent_name` column of parquet data files, the entries of
    `.agent_loop_config_path`) returns one output per session. veRL's V1 trainers accept loops whose `run`
@@ -49,7 +54,12 @@ checks of `config_checks.validate_prime_config`. In order:
    checkpoints hold one shard per rank (`model_world_size_W_rank_R.pt`) and reload only on W ranks, the
    actor's as the PRM's; a checkpoint of another W is refused, naming both. For a PRIME trainer the step
    folder must hold the PRM's state (`prm/`), else the PRM would restart from its init while the policy
-   resumes.
+   resumes. Then every file the resume reads is opened (`_resume_file_problems`): for each FSDP part
+   (actor, PRM) and rank R < W the `model_` / `optim_` / `extra_state_world_size_W_rank_R.pt` its
+   `checkpoint.load_contents` names, the dataloader state `data.pt` when present, and `prime_state.json`
+   when present (older checkpoints lack it). A `.pt` file must be a torch.save zip archive whose central
+   directory reads (a truncated file loses it) and whose records fit in the file; its tensor data is not
+   read. All broken files are named in one message; nothing is deleted.
 
 Nothing here imports torch or Ray at module level; all but the reward dry run take well under a second.
 """
@@ -60,10 +70,13 @@ import asyncio
 import collections.abc
 import inspect
 import json
+import math
 import os
 import re
+import struct
 import types
 import typing
+import zipfile
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -73,6 +86,7 @@ from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import (
     has_standalone_rollout,
     is_prime_trainer,
+    prime_state_file,
     prm_checkpoint_dir,
     resume_folder,
     reward_pool_gpus,
@@ -81,6 +95,8 @@ from verl_prime_lora.algo.run_config import (
     training_ranks,
 )
 from verl_prime_lora.checks.config_checks import check_prm_tokenizer
+from verl_prime_lora.integration.finite_checks import label_quantity, value_problem
+from verl_prime_lora.integration.reward_failures import MAX_RATIO_KEY, reward_function_name
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
 # standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
@@ -88,6 +104,13 @@ CPUS_PER_POOL_GPU = 3
 CPUS_PER_STANDALONE_ROLLOUT_GPU = 2
 DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_and_tokenize accepts
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+# What transformers' from_pretrained loads weights from (an index names the shards).
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "pytorch_model*.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 # veRL's default scorer runs the response as code for these sources: no dry run of code here.
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 PROMPT_FILTER_SAMPLER = "verl_prime_lora.integration.prompt_filter"
@@ -110,9 +133,15 @@ def _fail(key: str, message: str) -> NoReturn:
 
 def check_inputs(config: Any) -> None:
     """Run every check of this module (see the module docstring); raise `InputCheckError` on the first failure."""
+    check_devices(config)
+    check_files_and_code(config)
+
+
+def check_files_and_code(config: Any) -> None:
+    """Checks 2-6 of the module docstring: model folders, data files, reward dry run, agent loops, the resumed
+    checkpoint."""
     if not isinstance(config, DictConfig):
         return
-    check_devices(config)
     check_model_paths(config)
     if is_prime_trainer(config):
         check_prm_tokenizer(config)
@@ -130,6 +159,9 @@ def check_inputs(config: Any) -> None:
 
 
 def check_devices(config: Any) -> None:
+    """The GPUs and CPUs the layout holds fit in what Ray is given (check 1 of the module docstring)."""
+    if not isinstance(config, DictConfig):
+        return
     mode = trainer_mode(config)
     split = has_standalone_rollout(config)
     trainer_gpus = training_ranks(config)
@@ -208,20 +240,42 @@ def _has_tokenizer(folder: Path) -> bool:
         return False
 
 
-def _check_folder(key: str, value: Any, need_config: bool, need_tokenizer: bool) -> None:
+def _has_weights(folder: Path) -> bool:
+    return any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS)
+
+
+def _check_folder(key: str, value: Any, need_model: bool, need_tokenizer: bool) -> None:
+    """`value` is a folder holding, with `need_model`, a config.json and weights, and with `need_tokenizer` a
+    tokenizer; one message names all it lacks."""
     path = _local_path(value)
     if path is None:
         return
     if not path.is_dir():
         _fail(key, f"{value} is not a folder (it {'is a file' if path.exists() else 'does not exist'}).")
-    if need_config and not (path / "config.json").is_file():
-        _fail(key, f"{value} holds no config.json: not a Hugging Face model folder.")
-    if need_tokenizer and not _has_tokenizer(path):
-        _fail(
-            key,
-            f"{value} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken, or a "
-            "tokenizer_config.json with auto_map); save the tokenizer next to the model or set the tokenizer_path.",
+    no_config = need_model and not (path / "config.json").is_file()
+    no_weights = need_model and not _has_weights(path)
+    no_tokenizer = need_tokenizer and not _has_tokenizer(path)
+    missing = [
+        text
+        for absent, text in (
+            (no_config, "config.json"),
+            (no_weights, f"weights (none of {', '.join(WEIGHT_PATTERNS)})"),
+            (
+                no_tokenizer,
+                f"tokenizer (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken, or a tokenizer_config.json "
+                "with auto_map)",
+            ),
         )
+        if absent
+    ]
+    if not missing:
+        return
+    advice = []
+    if no_config or no_weights:
+        advice.append("a Hugging Face model folder holds what the model's save_pretrained writes")
+    if no_tokenizer:
+        advice.append("save the tokenizer next to the model or set the tokenizer_path")
+    _fail(key, f"{value} holds no {', no '.join(missing)}: {'; '.join(advice)}.")
 
 
 def check_model_paths(config: Any) -> None:
@@ -264,25 +318,46 @@ def _entries(config: Any, key: str) -> list[tuple[str, str]]:
     return [(key, str(value))]
 
 
+def _no_rows(key: str, path: Path) -> NoReturn:
+    _fail(key, f"{path} has no rows.")
+
+
+def _first_json_line(key: str, path: Path) -> str:
+    """The first non-blank line of a JSON data file; refuses a file with none."""
+    try:
+        with path.open() as handle:
+            line = next((line for line in handle if line.strip()), "")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(key, f"{path} is not a readable JSON file: {type(exc).__name__}: {exc}")
+    if not line:
+        _no_rows(key, path)
+    return line
+
+
 def _read_head(key: str, path: Path, columns_wanted: list[str]) -> tuple[dict[str, Any], list[dict]]:
     """({column: type}, first rows) of a data file, from its schema and a few rows only ({} when unreadable
-    as one JSON object per line: such .json files are not checked)."""
+    as one JSON object per line: such .json files are not checked); refuses a file without rows."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         try:
             parquet = pq.ParquetFile(path)
             schema = parquet.schema_arrow
+            rows = parquet.metadata.num_rows
             columns = [name for name in columns_wanted if name in schema.names]
             batch = next(parquet.iter_batches(batch_size=FIRST_ROWS, columns=columns), None) if columns else None
         except Exception as exc:  # noqa: BLE001 - any unreadable file
             _fail(key, f"{path} is not a readable parquet file: {type(exc).__name__}: {exc}")
+        if rows == 0:  # a 0-row frame's columns carry no type (pandas writes them as null)
+            _no_rows(key, path)
         return {field.name: field.type for field in schema}, batch.to_pylist() if batch is not None else []
+    line = _first_json_line(key, path)
     try:
-        with path.open() as handle:
-            first = json.loads(handle.readline())
-    except (OSError, ValueError):
+        first = json.loads(line)
+    except ValueError:
         return {}, []
+    if first == []:  # a JSON array with no element
+        _no_rows(key, path)
     if not isinstance(first, dict):
         return {}, []
     return {name: type(value).__name__ for name, value in first.items()}, [first]
@@ -356,9 +431,7 @@ def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
                         + "); veRL's reward manager reads row['reward_model']['ground_truth'] for every sample: "
                         "make reward_model a struct column {ground_truth: ...}.",
                     )
-            if key == "data.train_files" and first is None:
-                if not rows:
-                    _fail(entry_key, f"{path} has no rows.")
+            if key == "data.train_files" and first is None and rows:
                 first = (entry_key, path, rows[0])
     return first
 
@@ -371,29 +444,32 @@ def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
 def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | None:
     """(callable, its name, the config key that selects it) as veRL's reward loop would call it; None to skip."""
     path = _get(config, "reward.custom_reward_function.path")
+    key = "reward.custom_reward_function.path"
     if path:
         name = _get(config, "reward.custom_reward_function.name", "compute_score")
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
         try:
-            return get_custom_reward_fn(config), f"{path}:{name}", "reward.custom_reward_function.path"
+            return get_custom_reward_fn(config), reward_function_name(config), key
         except Exception as exc:  # noqa: BLE001 - missing file, import error, missing function
-            key = "reward.custom_reward_function.path"
             _fail(key, f"cannot load {name!r} from {path}: {type(exc).__name__}: {exc}")
     if _get(config, "reward.sandbox_fusion.url") or str(data_source) in CODE_DATA_SOURCES:
         return None
     from verl.utils.reward_score import default_compute_score
 
-    return default_compute_score, "veRL's default_compute_score", "reward.custom_reward_function.path"
+    return default_compute_score, reward_function_name(config), key
 
 
-def _required_info_keys(config: Any) -> list[tuple[str, str]]:
+def _required_info_keys(config: Any) -> list[tuple[str, str, str]]:
+    """(config key, the reward_extra_info key it names, what the value is) for each key the run reads."""
     required = []
     if is_prime_trainer(config):
-        required.append(("prime.prm.label_key", prime_config(config).prm.label_key))
+        label_key = prime_config(config).prm.label_key
+        required.append(("prime.prm.label_key", label_key, label_quantity(label_key)))
     if PROMPT_FILTER_SAMPLER in str(_get(config, "trainer.v1.sampler.custom_sampler.path", "")):
         key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
-        required.append((key, str(_get(config, key, "acc"))))
+        accuracy_key = str(_get(config, key, "acc"))
+        required.append((key, accuracy_key, f"prompt-filter accuracy {accuracy_key!r}"))
     return required
 
 
@@ -426,12 +502,24 @@ def dry_run_reward(config: Any, entry_key: str, path: Path, row: dict) -> None:
         if "score" not in result:
             _fail(fn_key, f"the reward function {name} returned a dict without 'score' (keys: {keys}) on {where}.")
         returned = f"returned the keys {keys}"
+        values = [("score", result["score"])]
     else:
         keys = ["acc"]
         returned = f"returned the number {result!r}, which veRL records as 'acc' only"
-    for key, needed in _required_info_keys(config):
+        values = [("score", result)]
+    for key, needed, quantity in _required_info_keys(config):
         if needed not in keys:
             _fail(key, f"is {needed!r}, but the reward function {name} {returned} on {where}.")
+        if isinstance(result, dict):
+            values.append((quantity, result[needed]))
+    for quantity, value in values:
+        problem = value_problem(quantity, value)
+        if problem is not None:
+            _fail(
+                fn_key,
+                f"the reward function {name} returned a {problem} on {where}: the run would count every such "
+                f"row as failed (reward 0, no PRM label; {MAX_RATIO_KEY}). Return a finite number.",
+            )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -527,6 +615,18 @@ def check_agent_loops(config: Any) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 _SHARD = re.compile(r"model_world_size_(\d+)_rank_0\.pt")
+# veRL's FSDPCheckpointManager.load_checkpoint: the file each `checkpoint.load_contents` entry reads, per rank.
+FSDP_FILES = {"model": "model", "optimizer": "optim", "extra": "extra_state"}
+FSDP_STRATEGIES = ("fsdp", "fsdp2")
+# Each part of a checkpoint that the trainer reloads: its config section (with `checkpoint.load_contents`) and
+# the key of its engine's strategy.
+CHECKPOINT_PARTS = {
+    "actor": ("actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy"),
+    "PRM": ("prime.prm", "prime.prm.engine.strategy"),
+}
+ZIP_LOCAL_HEADER_BYTES = 30  # a zip record's fixed local header, before its name, extra field and data
+ZIP_LOCAL_HEADER_MAGIC = b"PK\x03\x04"
+MAX_FILES_NAMED = 8
 
 
 def _shard_world_sizes(folder: Path) -> list[int]:
@@ -536,8 +636,82 @@ def _shard_world_sizes(folder: Path) -> list[int]:
     return sorted(int(match.group(1)) for name in os.listdir(folder) if (match := _SHARD.fullmatch(name)))
 
 
+def _record_problem(handle: Any, record: zipfile.ZipInfo, size: int) -> str | None:
+    """Why one record of a zip archive is not where its central directory says, whole; None if it is. Reads the
+    record's local header only (Python's zipfile shifts the offsets of an archive that lost bytes before its
+    directory, so a record may then point before the file's start or at other bytes)."""
+    offset = record.header_offset
+    header = b""
+    if offset >= 0:
+        handle.seek(offset)
+        header = handle.read(ZIP_LOCAL_HEADER_BYTES)
+    if len(header) < ZIP_LOCAL_HEADER_BYTES or header[:4] != ZIP_LOCAL_HEADER_MAGIC:
+        return f"is cut short or corrupt: record {record.filename} has no header at byte {offset}"
+    name_bytes, extra_bytes = struct.unpack("<HH", header[26:30])
+    end = offset + ZIP_LOCAL_HEADER_BYTES + name_bytes + extra_bytes + record.compress_size
+    if end > size:
+        return f"is cut short: record {record.filename} ends at byte {end}, the file has {size}"
+    return None
+
+
+def _torch_archive_problem(path: Path) -> str | None:
+    """Why `path` is not a torch.save archive that torch.load can open, from its zip central directory and the
+    records' headers only (no tensor data is read): missing, not a zip archive (a truncated file loses the
+    directory at its end), no `data.pkl` record, or a record not whole in the file. None when none of these."""
+    if not path.is_file():
+        return "is missing"
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+            if not any(record.filename.rsplit("/", 1)[-1] == "data.pkl" for record in records):
+                return "is a zip archive without data.pkl, not a torch.save archive"
+            with path.open("rb") as handle:
+                return next((problem for record in records if (problem := _record_problem(handle, record, size))), None)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        return f"is not the zip archive torch.save writes ({size} bytes; {type(exc).__name__}: {exc})"
+
+
+def _prime_state_problem(path: Path) -> str | None:
+    """Why a present `prime_state.json` cannot be read as the trainer reads it (`_load_prime_state`); None if it can."""
+    try:
+        value = float(json.loads(path.read_text())["prm_pairwise_ema"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"does not hold a JSON object with a number prm_pairwise_ema ({type(exc).__name__}: {exc})"
+    if not math.isfinite(value):
+        return f"holds prm_pairwise_ema = {value}, not a finite number"
+    return None
+
+
+def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]]) -> list[tuple[Path, str]]:
+    """(path, problem) for each file of `folder` that the resume reads and cannot open (see module doc).
+
+    `parts`: (name in `CHECKPOINT_PARTS`, folder) of the checkpoints the trainer reloads on `training_ranks`
+    ranks."""
+    ranks = training_ranks(config)
+    files = []
+    for name, shards in parts:
+        section, strategy = CHECKPOINT_PARTS[name]
+        if _get(config, strategy, "fsdp") not in FSDP_STRATEGIES:
+            continue  # another engine's checkpoint layout
+        contents = _get(config, f"{section}.checkpoint.load_contents", list(FSDP_FILES))
+        for content in contents:
+            if content in FSDP_FILES:
+                prefix = FSDP_FILES[content]
+                files += [shards / f"{prefix}_world_size_{ranks}_rank_{rank}.pt" for rank in range(ranks)]
+    data = Path(folder) / "data.pt"  # veRL's dataloader state: read when present (trainer_base._load_checkpoint)
+    if data.exists():
+        files.append(data)
+    problems = [(path, problem) for path in files if (problem := _torch_archive_problem(path)) is not None]
+    state = Path(prime_state_file(folder))
+    if is_prime_trainer(config) and state.exists() and (problem := _prime_state_problem(state)) is not None:
+        problems.append((state, problem))
+    return problems
+
+
 def check_resume_checkpoint(config: Any) -> None:
-    """Refuse a resume whose checkpoint cannot load on this run's ranks, or lacks the PRM (see module doc)."""
+    """Refuse a resume whose checkpoint cannot load on this run's ranks, lacks the PRM, or has a file the resume
+    reads that does not open (see module doc)."""
     mode = _get(config, "trainer.resume_mode", "auto")
     if mode == "auto":
         from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
@@ -572,3 +746,15 @@ def check_resume_checkpoint(config: Any) -> None:
                 f"ranks that wrote them: resume with trainer.n_gpus_per_node x trainer.nnodes = {sizes[0]}, or "
                 "start afresh from merged weights (python -m verl.model_merger; trainer.resume_mode=disable).",
             )
+    problems = _resume_file_problems(config, folder, parts)
+    if problems:
+        named = [f"{path} {problem}" for path, problem in problems[:MAX_FILES_NAMED]]
+        if len(problems) > MAX_FILES_NAMED:
+            named.append(f"and {len(problems) - MAX_FILES_NAMED} more")
+        _fail(
+            key,
+            f"trainer.resume_mode={mode} resumes from {folder}, and {len(problems)} of the files it would read "
+            f"cannot be opened: {'; '.join(named)}. Nothing was deleted. Resume from another checkpoint "
+            "(trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N), or start afresh "
+            "(trainer.resume_mode=disable).",
+        )

@@ -17,11 +17,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
-RUN_MARKER = "VERL_PRIME_LORA_RUN_ID"
+from verl_prime_lora.run_processes import RUN_MARKER, kill_run
+
 TIMEOUT_EXIT_CODE = 124
 # Offline, quiet, unbuffered: what every CPU run wants (an explicit caller value wins).
 RUN_ENV_DEFAULTS = {
@@ -31,44 +31,6 @@ RUN_ENV_DEFAULTS = {
     "PYTHONUNBUFFERED": "1",
     "HYDRA_FULL_ERROR": "1",
 }
-
-
-def _pids_with_marker(run_id: str) -> list[int]:
-    needle = f"{RUN_MARKER}={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def kill_run(run_id: str, grace_s: float = 5.0) -> list[int]:
-    """SIGTERM, then SIGKILL, every process whose environment carries this run's marker."""
-    pids = _pids_with_marker(run_id)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)]
-            time.sleep(0.2)
-    return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return True
 
 
 def run_main_ppo(

@@ -10,10 +10,8 @@
    and every metric to `OUT/run/metrics.jsonl`;
 3. prints a before/after table and writes `OUT/learning.png`.
 
-Whether the run learns is what the table shows: validation accuracy rises (0.175 → 0.540 at step 5 → 0.640
-at step 15, seed 0), and the PRM, scoring against the rollout policy, separates right from wrong answers
-(`prm/dpo_acc` 0.744 over steps 6–10, 0.640 over steps 11–15), so the process gate lets a third of its
-term in (README, "The main job").
+Whether the run learns is what the table shows: validation accuracy rises, and the PRM, scoring against the
+rollout policy, separates right from wrong answers (docs/findings.md has the runs' numbers and commands).
 
 Exit code: main_ppo's (non-zero when the run failed, with the tail of its log printed).
 """

@@ -63,7 +63,7 @@ DEMO_OVERRIDES = [
     "prime.prm.reference=policy",
     "prime.prm.optim.lr=5e-5",
     # Three passes over each batch (`update: before`: the rewards come from the PRM after them): the PRM ranked
-    # right above wrong better than with one pass or a 4x larger lr (README, "The main job").
+    # right above wrong better than with one pass or a 4x larger lr (docs/findings.md).
     "prime.prm.epochs=3",
     "prime.prm.balance_labels=true",  # 13 % of the warm start's samples are right: keep the base rate out of z
     "prime.prm.micro_batch_size_per_gpu=64",

@@ -7,11 +7,12 @@ for every run (a key veRL defines but its FSDP engine ignores; a crash of the sp
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
-   For a PRIME run the wrapper runs `config_checks.validate_prime_config` first, then
-   `input_checks.check_inputs` (devices, model folders, data files, a reward dry run, the resumed
-   checkpoint), so a bad PRIME config or input fails before Ray with a message naming the key, instead
-   of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...` that did not
-   resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
+   For a PRIME run the wrapper runs `input_checks.check_devices` first (a missing device is blamed as
+   such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
+   then `input_checks.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
+   the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
+   key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
+   that did not resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
    verl.trainer.main_ppo` executes `from verl.utils.config import validate_config` (main_ppo.py:24)
    after `import verl` has loaded the plugins.
 
@@ -43,9 +44,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from typing import Any
 
 from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
+from verl_prime_lora.run_processes import reap_after_driver
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,12 @@ def _mark(fn: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
+def _is_main_ppo_driver() -> bool:
+    """This process is `python -m verl.trainer.main_ppo` (not a test or a tool calling validate_config)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "verl.trainer.main_ppo"
+
+
 def install_driver_validation() -> None:
     import verl.utils.config as verl_config
 
@@ -76,12 +85,15 @@ def install_driver_validation() -> None:
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
         from verl_prime_lora.checks.config_checks import check_stray_recipe, validate_prime_config
-        from verl_prime_lora.checks.input_checks import check_inputs
+        from verl_prime_lora.checks.input_checks import check_devices, check_files_and_code
 
         check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
         if is_prime_run(config):
-            validate_prime_config(config, check_tokenizers=False)  # the config's keys first: no file is read
-            check_inputs(config)  # devices, model folders (+ the PRM tokenizer), data files, reward dry run
+            check_devices(config)  # the devices first: the config checks' micro-batch arithmetic assumes them
+            validate_prime_config(config, check_tokenizers=False)  # the config's keys: no file is read
+            check_files_and_code(config)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
+            if _is_main_ppo_driver():
+                reap_after_driver()  # the run's processes end with the driver, however it ends
         return original(config, *args, **kwargs)
 
     verl_config.validate_config = _mark(validate_config)

@@ -55,11 +55,10 @@ CAPTURED_LOG_PROBS = "prm_captured_log_probs"
 # ---------------------------------------------------------------------------------------------
 
 
-def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float, center: bool = False):
+def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float):
     """PRM cross-entropy for one micro-batch, normalised over the global mini-batch.
 
-    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size (with
-    `center`, z_i's log-ratios are centred on the micro-batch's mean token log-ratio), so the
+    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
     gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
     the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py:147-162).
     `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
@@ -76,7 +75,7 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
     width = min(log_prob.shape[-1], mask.shape[-1])
     log_prob, ref, mask = log_prob[:, :width], ref[:, :width], mask[:, :width]
 
-    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta, center)
+    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta)
     loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum", weights=weights)
     global_batch_size = data["global_batch_size"] if "global_batch_size" in data.keys() else None
     dp_size = data["dp_size"] if "dp_size" in data.keys() else 1
@@ -135,8 +134,8 @@ def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -
     missing = [row for row, length in enumerate(lengths) if length > 0 and row not in seen]
     if missing:
         raise RuntimeError(
-            f"PRM update: rows {missing[:8]} were not captured by the update's forward; set "
-            "prime.prm.pre_update_log_probs=forward (and report it: veRL's TrainingWorker may have changed)"
+            f"PRM update: rows {missing[:8]} were not captured by the update's forward (veRL's TrainingWorker "
+            "may have changed: tests/test_verl_canaries.py names what to re-read)"
         )
     return out
 
@@ -298,7 +297,7 @@ class ImplicitPRM:
             device_name=device_name,
         )
         self.wg.reset()
-        self.wg.set_loss_fn(partial(prm_loss, beta=self.prm.beta, center=self.prm.center_log_ratio))
+        self.wg.set_loss_fn(partial(prm_loss, beta=self.prm.beta))
 
         self.ref_wg = None
         if need_frozen_ref:

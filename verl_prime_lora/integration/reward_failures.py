@@ -13,24 +13,29 @@ the batch with `is_padding` rows (trainer_base.py:1621, ppo/padding_utils.py:144
 For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate_async`) instead:
 
 * Reward-loop workers (`guarded_score`, installed on `RewardLoopWorker.compute_score` by
-  `verl_patches`): an exception while scoring one rollout becomes a row with reward 0 and
-  ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message", the PRM label key:
-  0.0, every other key this process has seen on a scored row, zeroed}: veRL's colocated reward path
-  takes a batch's key set from its first row, so every row needs the same keys. Every scored row gets
-  ``reward_failed`` 0.0 and ``reward_error`` "". The first failure of each process is logged with its
-  traceback; later ones are only counted. `complete_key_sets` (on `compute_score_batch`, veRL's
-  colocated reward path) also fills a failed row that came before any scored row of its process.
+  `verl_patches`): an exception while scoring one rollout, or a score or PRM label that is NaN, ±inf or
+  not a number (`finite_checks.result_problem`), becomes a row with reward 0 and
+  ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message" or the value problem
+  ("non-finite score nan"), the PRM label key: 0.0, every other key this process has seen on a scored
+  row, zeroed}: veRL's colocated reward path takes a batch's key set from its first row, so every row
+  needs the same keys. Every scored row gets ``reward_failed`` 0.0 and ``reward_error`` "". The first
+  failure of each process is logged (with its traceback when it raised); later ones are only counted.
+  `complete_key_sets` (on `compute_score_batch`, veRL's colocated reward path) also fills a failed row
+  that came before any scored row of its process.
   Plain veRL runs keep veRL's behaviour.
 * The trainer (`account_rollouts`, called in `PrimeTrainerMixin._compute_advantage`): per step,
-  ``reward/failed_total`` and ``reward/failed_ratio`` (rollouts whose reward raised),
+  ``reward/failed_total`` and ``reward/failed_ratio`` (rollouts whose reward raised or was not a finite
+  number),
   ``prime/dropped_rollouts_total`` (rollouts veRL lost before training: rollout.n per prompt of the
   batch, minus the rollouts present), ``prime/padding_rows_total``, ``prime/group_size_min`` /
   ``_mean`` (rollouts per prompt, 0 for a prompt whose every rollout was lost), and
   ``prime/failed_rollout_ratio`` = (failed + dropped) / expected. Above
   ``prime.max_failed_rollout_ratio`` (default 0.0: any failure) the step raises `RolloutFailureError`
-  with the counts and the first reward error, and ``main_ppo`` exits non-zero. At or below it a
-  failed rollout keeps its 0 reward for the actor and has no PRM label: the PRM neither trains on it
-  nor counts it in its ``prm/*`` metrics, exactly as a padding row.
+  with the counts, the reward function and the first reward error, and ``main_ppo`` exits non-zero; so
+  does a step whose every rollout's reward was not a finite number, whatever the ratio allows (nothing
+  would be left to train on). At or below it a failed rollout keeps its 0 reward for the actor and has
+  no PRM label: the PRM neither trains on it nor counts it in its ``prm/*`` metrics, exactly as a
+  padding row.
 
 Nothing here imports veRL, torch or Ray.
 """
@@ -48,13 +53,15 @@ from omegaconf import OmegaConf
 
 from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import PRIME_TRAINERS
+from verl_prime_lora.integration.finite_checks import is_value_problem, result_problem
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
 
-FAILED_KEY = "reward_failed"  # reward_extra_info: 1.0 when the reward function raised on the row, else 0.0
-ERROR_KEY = "reward_error"  # reward_extra_info: "ExceptionType: message" of that failure, else ""
+FAILED_KEY = "reward_failed"  # reward_extra_info: 1.0 when the row's reward failed (raised, or no finite number)
+ERROR_KEY = "reward_error"  # reward_extra_info: "ExceptionType: message" or the value problem, else ""
 MAX_RATIO_KEY = "prime.max_failed_rollout_ratio"
+REWARD_FN_KEY = "reward.custom_reward_function.path"
 MAX_ERROR_CHARS = 500
 
 # Per process: a zero value for each reward_extra_info key seen on a scored row (failed rows carry them all).
@@ -63,7 +70,19 @@ _FIRST_FAILURE_LOGGED = False
 
 
 class RolloutFailureError(RuntimeError):
-    """A training step lost more rollouts than `prime.max_failed_rollout_ratio` allows."""
+    """A training step lost more rollouts than `prime.max_failed_rollout_ratio` allows, or got no finite reward."""
+
+
+def reward_function_name(config: Any) -> str:
+    """The run's reward function as errors name it: `path:name` of `reward.custom_reward_function`, else the
+    reward model or veRL's default scorer (what veRL's reward loop calls, reward_loop.py compute_score)."""
+    path = OmegaConf.select(config, REWARD_FN_KEY, default=None)
+    if path:
+        name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None) or "compute_score"
+        return f"{path}:{name}"
+    if OmegaConf.select(config, "reward.reward_model.enable", default=False):
+        return "the reward model (reward.reward_model)"
+    return "veRL's default_compute_score"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -90,27 +109,27 @@ def scored_result(result: dict) -> dict:
     return {**result, "reward_extra_info": info}
 
 
-def failed_result(exc: BaseException, label_key: str | None) -> dict:
-    """The reward-loop result of a rollout whose scoring raised `exc`: reward 0, label 0, marked failed."""
+def failed_result(error: str, label_key: str | None) -> dict:
+    """The reward-loop result of a rollout whose reward failed with `error`: reward 0, label 0, marked failed."""
     info = dict(_ZEROED_KEYS)
     if label_key:
         info[label_key] = 0.0
     info[FAILED_KEY] = 1.0
-    info[ERROR_KEY] = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+    info[ERROR_KEY] = error[:MAX_ERROR_CHARS]
     return {"reward_score": 0.0, "reward_extra_info": info}
 
 
-def _log_first_failure(exc: BaseException) -> None:
+def _log_first_failure(error: str, exc: BaseException | None = None) -> None:
+    """Log the first failed reward of this process (`exc`: the exception it raised, for its traceback)."""
     global _FIRST_FAILURE_LOGGED
     if _FIRST_FAILURE_LOGGED:
         return
     _FIRST_FAILURE_LOGGED = True
     logger.error(
-        "reward: scoring a rollout raised %s: %s. It gets reward 0 and no PRM label; this is the first "
+        "reward: scoring a rollout failed (%s). It gets reward 0 and no PRM label; this is the first "
         "failure in process %d, later ones are not logged: the trainer counts them every step "
         "(reward/failed_total) and stops above %s.",
-        type(exc).__name__,
-        exc,
+        error,
         os.getpid(),
         MAX_RATIO_KEY,
         exc_info=exc,
@@ -126,12 +145,18 @@ def guarded_label_key(config: Any) -> str | None:
 
 
 async def guarded_score(score: Callable[[], Awaitable[dict]], label_key: str | None) -> dict:
-    """`await score()` (one rollout's reward-loop result), turning an exception into `failed_result`."""
+    """`await score()` (one rollout's reward-loop result), turning an exception, or a score or PRM label that is
+    not a finite number (`finite_checks.result_problem`), into `failed_result`."""
     try:
         result = await score()
     except Exception as exc:  # noqa: BLE001 - counted by the trainer, logged once per process
-        _log_first_failure(exc)
-        return failed_result(exc, label_key)
+        error = f"{type(exc).__name__}: {exc}"
+        _log_first_failure(error, exc)
+        return failed_result(error, label_key)
+    problem = result_problem(result, label_key)
+    if problem is not None:
+        _log_first_failure(problem)
+        return failed_result(problem, label_key)
     return scored_result(result)
 
 
@@ -164,7 +189,8 @@ class RolloutAccount:
     """What one training batch holds against what it asked for (see `account_rollouts`)."""
 
     expected: int  # rollouts asked for: rollout.n per prompt
-    failed: int  # rollouts present whose reward function raised
+    failed: int  # rollouts present whose reward failed: it raised, or was not a finite number
+    unusable: int  # of those, the rollouts whose reward was not a finite number (finite_checks.value_problem)
     dropped: int  # rollouts asked for and absent
     padding: int  # veRL's padding rows
     group_sizes: tuple[int, ...]  # rollouts present per prompt (0 for a prompt with none left)
@@ -187,12 +213,29 @@ class RolloutAccount:
             "prime/failed_rollout_ratio": self.failed_ratio,
         }
 
-    def check(self, max_ratio: float, step: int) -> None:
-        """Raise `RolloutFailureError` when more than `max_ratio` of the expected rollouts failed or were dropped."""
+    def check(self, max_ratio: float, step: int, reward_fn: str) -> None:
+        """Raise `RolloutFailureError` when every rollout present got a reward that is not a finite number, or when
+        more than `max_ratio` of the expected rollouts failed or were dropped. `reward_fn` names the reward
+        function (`reward_function_name`)."""
+        present = self.expected - self.dropped
+        if present > 0 and self.unusable == present:
+            raise RolloutFailureError(
+                f"{REWARD_FN_KEY}: step {step}: the reward function {reward_fn} gave every one of the {present} "
+                f"rollouts a reward that is not a finite number (first: {self.first_error}): nothing is left to "
+                f"train on, whatever {MAX_RATIO_KEY} allows. Make it return a finite number as the score and as "
+                "the PRM label (prime.prm.label_key)."
+            )
         if self.failed_ratio <= max_ratio:
             return
         lost = self.failed + self.dropped
-        parts = [f"{self.failed} scored 0 because the reward function raised"]
+        raised = self.failed - self.unusable
+        if not self.unusable:
+            how = "raised"
+        elif not raised:
+            how = "returned no finite number"
+        else:
+            how = f"raised ({raised}) or returned no finite number ({self.unusable})"
+        parts = [f"{self.failed} scored 0 because the reward function {reward_fn} {how}"]
         if self.first_error:
             parts[0] += f" (first error: {self.first_error})"
         if self.dropped:
@@ -203,8 +246,8 @@ class RolloutAccount:
         raise RolloutFailureError(
             f"{MAX_RATIO_KEY}: step {step} lost {lost} of {self.expected} rollouts "
             f"({self.failed_ratio:.1%} > {max_ratio:.1%}): {'; '.join(parts)}. Fix the cause, or raise "
-            f"{MAX_RATIO_KEY} (1.0 never stops: a failed rollout then trains the actor with reward 0 and is "
-            "left out of the PRM's loss and metrics)."
+            f"{MAX_RATIO_KEY} (at 1.0 a failed rollout trains the actor with reward 0 and is left out of the "
+            "PRM's loss and metrics; only a step without one finite reward still stops)."
         )
 
 
@@ -220,10 +263,12 @@ def account_rollouts(
     `keys` are veRL's TransferQueue keys ``{uid}_{session}_{index}`` (one prompt per uid, one rollout per
     session), `extra_fields` the rows' veRL extra fields, `expected_prompts` the prompts the batch was
     sampled for (a prompt whose every rollout was lost leaves no key). A rollout counts as failed when
-    any of its rows carries ``reward_failed``.
+    any of its rows carries ``reward_failed``, and as unusable when that row's ``reward_error`` is a value
+    problem (`finite_checks.is_value_problem`).
     """
     sessions: dict[str, set[str]] = {}
     failed_sessions: set[tuple[str, str]] = set()
+    unusable_sessions: set[tuple[str, str]] = set()
     failed_rows, first_error = [], ""
     for key, pad, fields in zip(keys, is_padding, extra_fields, strict=True):
         info = {} if pad else reward_extra_info(fields)
@@ -234,13 +279,17 @@ def account_rollouts(
         uid, session, _ = key.rsplit("_", 2)  # as veRL splits them (a uid may hold underscores)
         sessions.setdefault(uid, set()).add(session)
         if failed:
+            error = str(info.get(ERROR_KEY, ""))
             failed_sessions.add((uid, session))
-            first_error = first_error or str(info.get(ERROR_KEY, ""))
+            if is_value_problem(error):
+                unusable_sessions.add((uid, session))
+            first_error = first_error or error
     prompts = max(int(expected_prompts), len(sessions))
     group_sizes = tuple(sorted(len(s) for s in sessions.values())) + (0,) * (prompts - len(sessions))
     return RolloutAccount(
         expected=prompts * int(rollout_n),
         failed=len(failed_sessions),
+        unusable=len(unusable_sessions),
         dropped=sum(max(int(rollout_n) - size, 0) for size in group_sizes),
         padding=sum(bool(pad) for pad in is_padding),
         group_sizes=group_sizes,

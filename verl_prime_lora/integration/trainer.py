@@ -55,10 +55,11 @@ from verl_prime_lora.algo.core_algos import (
     prm_bce_loss,
     prm_classification_accuracy,
     prm_pairwise_accuracy,
+    prm_ranking_z,
     prm_sequence_logits,
     process_gate_weight,
 )
-from verl_prime_lora.algo.prime_config import PrmConfig, advantage_config, prime_config
+from verl_prime_lora.algo.prime_config import advantage_config, prime_config
 from verl_prime_lora.algo.run_config import (
     PRM_TEMPERATURE,
     REF_ACTOR_BASE,
@@ -72,6 +73,7 @@ from verl_prime_lora.algo.run_config import (
     resume_folder,
 )
 from verl_prime_lora.checks.config_checks import step_batch_rows, validate_prime_config
+from verl_prime_lora.integration.finite_checks import check_finite, check_prm_update
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -88,7 +90,7 @@ from verl_prime_lora.integration.prm_worker import (
     unlabelled_rows,
     update_forward_is_pre_update,
 )
-from verl_prime_lora.integration.reward_failures import account_rollouts
+from verl_prime_lora.integration.reward_failures import account_rollouts, reward_function_name
 from verl_prime_lora.rewards.reward_info import label_unknown
 
 logger = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool =
     Minimum: `after` = reference + the forward/backward passes (the first one's forward gives the
     pre-update log-probs); `before` = the same + one forward; `none` = reference + one forward. With
     `from_update` a step makes the minimum; without (several PRM mini-batches, dropout, or
-    `prime.prm.pre_update_log_probs=forward`) one forward more. A LoRA PRM makes one forward more on the
+    `prime.diagnostics`) one forward more. A LoRA PRM makes one forward more on the
     first step of a process only (the trainer's step 1).
     """
     reference_forward = 0 if reference in (REF_ACTOR_REF, REF_POLICY_OLD) else 1
@@ -136,13 +138,6 @@ def prm_passes(update: str, reference: str, epochs: int = 1, from_update: bool =
     today = PrmPasses((not from_update) + (update == "before"), train, reference_forward)
     minimum = PrmPasses({"none": 1, "after": 0, "before": 1}[update], train, reference_forward)
     return today, minimum
-
-
-def pre_update_from_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int) -> bool:
-    """Whether a step of `batch_rows` responses takes the PRM's pre-update log-probs from its update's first
-    forward (`prime.prm.pre_update_log_probs` from_update or check, and exact:
-    `prm_worker.update_forward_is_pre_update`, whose arguments these are)."""
-    return prm.pre_update_log_probs != "forward" and update_forward_is_pre_update(prm, dropout, batch_rows, n)
 
 
 def pad_nested(nested: torch.Tensor, width: int) -> torch.Tensor:
@@ -204,7 +199,7 @@ class PrimeTrainerMixin:
             self.prime.prm.update,
             self.prm_reference,
             self.prime.prm.epochs,
-            from_update=self._pre_update_from_update(step_batch_rows(self.config)[0]),
+            from_update=self._pre_update_from_update(step_batch_rows(self.config)[0]) and not self.prime.diagnostics,
         )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
@@ -218,7 +213,7 @@ class PrimeTrainerMixin:
 
     def _pre_update_from_update(self, batch_rows: int) -> bool:
         n = int(self.config.actor_rollout_ref.rollout.n)
-        return pre_update_from_update(self.prime.prm, self.prm_dropout, batch_rows, n)
+        return update_forward_is_pre_update(self.prime.prm, self.prm_dropout, batch_rows, n)
 
     def _load_checkpoint(self):
         if self.prm is None:
@@ -311,7 +306,7 @@ class PrimeTrainerMixin:
             batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts
         )
         metrics.update(account.metrics())
-        account.check(self.prime.max_failed_rollout_ratio, self.global_steps)
+        account.check(self.prime.max_failed_rollout_ratio, self.global_steps, reward_function_name(self.config))
         refuse_multi_output_sessions(batch.keys, is_padding)
         # a row whose reward failed, or whose outcome the reward could not decide (reward_info.label_unknown),
         # has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
@@ -329,7 +324,8 @@ class PrimeTrainerMixin:
     def _prm_step(self, batch, step: StepRows, metrics: dict) -> tuple[DataProto, torch.Tensor]:
         """The PRM's part of a step: its log-probs before the update, the reference's, the update
         (`prime.prm.update`), and the token process rewards r = β·(log π_φ − log π_ref)·m with the `prm/*`
-        metrics. Returns veRL's step data (padded) and the process rewards (B, T)."""
+        metrics. A NaN/inf update loss or grad norm, or process reward on a response token, stops the run
+        (`finite_checks`). Returns veRL's step data (padded) and the process rewards (B, T)."""
         timing = getattr(self, "timing_raw", {})
         # 1. the PRM's log-probs before this step's update: from the update's own first forward where that is
         # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
@@ -340,9 +336,9 @@ class PrimeTrainerMixin:
         first_lora_forward = self.prm.is_lora and not self.prm_adapter_forwarded
         capture = self._pre_update_from_update(len(batch)) and not first_lora_forward
         self.prm_adapter_forwarded = True
-        metrics["prm/pre_update_from_update"] = float(capture and self.prime.prm.pre_update_log_probs != "check")
+        metrics["prm/pre_update_from_update"] = float(capture and not self.prime.diagnostics)
         prm_lp = None
-        if not capture or self.prime.prm.pre_update_log_probs == "check":
+        if not capture or self.prime.diagnostics:
             with marked_timer("prm_forward", timing):
                 prm_lp = self.prm.log_probs(batch)
 
@@ -379,11 +375,12 @@ class PrimeTrainerMixin:
         if self.prime.prm.update != "none":
             with marked_timer("prm_update", timing):
                 update_metrics, captured = self.prm.update(batch, capture=capture)
+            check_prm_update(update_metrics, self.global_steps)
             if capture:
                 from_update = assemble_captured_log_probs(captured, step.lengths, width)
                 if prm_before is None:
                     prm_before = from_update
-                else:  # `check`: the separate forward's are used
+                else:  # `prime.diagnostics`: the separate forward's are used
                     gap = ((from_update - prm_before).abs() * mask).max()
                     metrics["prm/pre_update_log_prob_max_abs_diff"] = gap.item()
             if self.prime.prm.update == "before":
@@ -393,26 +390,31 @@ class PrimeTrainerMixin:
             prm_used = prm_before
 
         # 4. token process rewards and the PRM metrics
+        uid = data.non_tensor_batch["uid"]
         process_rewards, prm_metrics = prm_rewards_and_metrics(
-            prm_before,
-            prm_used,
-            ref_pad,
-            mask,
-            step.labels,
-            data.non_tensor_batch["uid"],
-            self.prime.prm.beta,
-            update_metrics,
-            labelled=step.labelled,
-            center=self.prime.prm.center_log_ratio,
-            policy=self._policy_log_probs_t1(data),
+            prm_before, prm_used, ref_pad, mask, step.labels, uid, self.prime.prm.beta, update_metrics, step.labelled
         )
+        check_finite(
+            "prime.prm",
+            "token process rewards β·(log π_φ − log π_ref)",
+            process_rewards,
+            mask,
+            self.global_steps,
+            "Look for NaN/inf in the PRM's log-probs or in its reference's (prime.prm.reference).",
+        )
+        if self.prime.diagnostics:
+            policy = self._policy_log_probs_t1(data)
+            prm_metrics.update(
+                prm_diagnostics(prm_used, ref_pad, mask, step.labels, uid, self.prime.prm.beta, step.labelled, policy)
+            )
         metrics.update(prm_metrics)
         return data, process_rewards
 
     def _advantage_step(self, batch, data: DataProto, step: StepRows, process_rewards: torch.Tensor, metrics: dict):
         """veRL's own pre-processing (trainer_base.py:1751-1773: KL in reward, rollout correction), the process
         gate, the estimator named by `algorithm.adv_estimator`, and the write-back of exactly the fields veRL's
-        `_compute_advantage` writes (trainer_base.py:1786-1800)."""
+        `_compute_advantage` writes (trainer_base.py:1786-1800); advantages or returns that are NaN/inf on a
+        response token stop the run before the write-back (`finite_checks.check_finite`)."""
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         if self.config.algorithm.use_kl_in_reward:
             data, kl_metrics = apply_kl_penalty(
@@ -441,6 +443,17 @@ class PrimeTrainerMixin:
             process_rewards,
             process_scale=gate,
         )
+        for field in ("advantages", "returns"):
+            check_finite(
+                "algorithm.adv_estimator",
+                f"{field} of {self.config.algorithm.adv_estimator}",
+                data.batch[field],
+                data.batch["response_mask"],
+                self.global_steps,
+                "Its inputs: the token-level rewards (finite when scored through the PRIME reward guard), the "
+                "process rewards (checked at the PRM step), the KL penalty in the reward "
+                "(algorithm.use_kl_in_reward) and algorithm.prime.*.",
+            )
 
         out_fields = ["advantages", "returns"]
         if self.config.algorithm.use_kl_in_reward:
@@ -475,28 +488,19 @@ def refuse_multi_output_sessions(keys, is_padding) -> None:
             )
 
 
-def prm_rewards_and_metrics(
-    prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None, center=False, policy=None
-):
+def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None):
     """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
 
     `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
-    `dpo_acc_before` are measured on them); `prm_used`: the ones the rewards come from (after the
-    update in `before` mode, the same tensor otherwise). All (B, T) padded; rows with an empty mask
-    (veRL's padding rows) count nowhere; groups are the `uid`s, whatever the row order.
-    `labelled` (B,): 0 for rows without a PRM label (their reward failed): they get process rewards
-    but count in no metric. `center`: `prime.prm.center_log_ratio` (log-ratios centred on the batch mean).
-    Diagnostics, each a pairwise accuracy over the mixed groups unless said otherwise:
-    `prm/dpo_acc_mixed` (the rewards used); `prm/token_log_ratio_mean` (q̄ of the PRM used, uncentred: below 0
-    when the PRM lowers every token, so z favours short responses); `prm/length_pairwise_mixed` (response
-    length alone: above ½ when right answers are longer); `prm/ref_likelihood_dpo_acc_mixed` (Σ_t log π_ref:
-    what the reference's own likelihood ranks); and, given `policy` (the rollout policy's log-probs at
-    temperature 1), `prm/policy_dpo_acc_mixed` (the policy's own implicit reward Σ_t (log π_θ − log π_ref):
-    below ½ when RL moved the policy towards the wrong answers it still samples, a shift a PRM trained on
-    the same responses can share).
+    `dpo_acc_before` are measured on them: responses the PRM has not trained on); `prm_used`: the ones the
+    rewards come from (after the update in `before` mode, the same tensor otherwise). All (B, T) padded;
+    rows with an empty mask (veRL's padding rows) count nowhere; groups are the `uid`s, whatever the row
+    order. `labelled` (B,): 0 for rows without a PRM label (their reward failed): they get process rewards
+    but count in no metric. `*_mixed`: over the groups holding a right and a wrong answer only.
+    `prm/ranking_z[_before]`: the ranking's distance from chance in standard errors (`core_algos.prm_ranking_z`).
     """
     label_mask = mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
-    logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta, center)
+    logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta)
     metrics = {
         "prm/ce_loss": prm_bce_loss(logits_before, labels, label_mask).item(),
         "prm/classification_acc": prm_classification_accuracy(logits_before, labels, label_mask).item(),
@@ -504,28 +508,44 @@ def prm_rewards_and_metrics(
         "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(
             logits_before, labels, uid, label_mask, mixed_only=True
         ).item(),
-        "prm/token_log_ratio_mean": mean_token_log_ratio(prm_used, ref, label_mask).item(),
-        "prm/length_pairwise_mixed": prm_pairwise_accuracy(
-            label_mask.sum(-1), labels, uid, label_mask, mixed_only=True
-        ).item(),
-        "prm/ref_likelihood_dpo_acc_mixed": prm_pairwise_accuracy(
-            (ref * label_mask).sum(-1), labels, uid, label_mask, mixed_only=True
-        ).item(),
+        "prm/ranking_z_before": prm_ranking_z(logits_before, labels, uid, label_mask).item(),
     }
-    if policy is not None:
-        policy_logits = prm_sequence_logits(policy, ref, label_mask, beta)
-        metrics["prm/policy_dpo_acc_mixed"] = prm_pairwise_accuracy(
-            policy_logits, labels, uid, label_mask, mixed_only=True
-        ).item()
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
         metrics[f"prm/{name}"] = value
-    process_rewards = implicit_process_rewards(prm_used, ref, mask, beta, center)
+    process_rewards = implicit_process_rewards(prm_used, ref, mask, beta)
     used_logits = process_rewards.sum(-1)
     metrics["prm/dpo_acc"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask).item()
     metrics["prm/dpo_acc_mixed"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask, mixed_only=True).item()
+    metrics["prm/ranking_z"] = prm_ranking_z(used_logits, labels, uid, label_mask).item()
     metrics.update(process_reward_stats(process_rewards, label_mask, labels))
     return process_rewards, metrics
+
+
+def prm_diagnostics(prm_used, ref, mask, labels, uid, beta, labelled=None, policy=None) -> dict[str, float]:
+    """`prime.diagnostics`: what else ranks a step's mixed groups, to tell a PRM's knowledge from a shortcut.
+
+    `prm/token_log_ratio_mean` (q̄ of the PRM used: below 0 when the PRM lowers every token, so z favours
+    short responses); `prm/length_pairwise_mixed` (response length alone: above ½ when right answers are
+    longer); `prm/ref_likelihood_dpo_acc_mixed` (Σ_t log π_ref: what the reference's own likelihood ranks);
+    and, given `policy` (the rollout policy's log-probs at temperature 1), `prm/policy_dpo_acc_mixed` (the
+    policy's own implicit reward Σ_t (log π_θ − log π_ref): below ½ when RL moved the policy towards the wrong
+    answers it still samples, a shift a PRM trained on the same responses can share). Arguments as in
+    `prm_rewards_and_metrics`.
+    """
+    label_mask = mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
+
+    def ranking(scores: torch.Tensor) -> float:
+        return prm_pairwise_accuracy(scores, labels, uid, label_mask, mixed_only=True).item()
+
+    metrics = {
+        "prm/token_log_ratio_mean": mean_token_log_ratio(prm_used, ref, label_mask).item(),
+        "prm/length_pairwise_mixed": ranking(label_mask.sum(-1)),
+        "prm/ref_likelihood_dpo_acc_mixed": ranking((ref * label_mask).sum(-1)),
+    }
+    if policy is not None:
+        metrics["prm/policy_dpo_acc_mixed"] = ranking(prm_sequence_logits(policy, ref, label_mask, beta))
+    return metrics
 
 
 def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0):

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--gpu-memory-gib", type=float, default=DEFAULT_GPU_GIB, help="memory of each GPU (default 80)")
     parser.add_argument("--json", type=Path, default=None, help="also write the estimate as JSON to this file")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     gpu_bytes = int(args.gpu_memory_gib * GIB)
 
     try:

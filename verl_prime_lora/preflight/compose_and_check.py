@@ -18,21 +18,21 @@ def compose_config(overrides: list[str]) -> Any:
 
 
 def check_config(cfg: Any) -> None:
-    """What main_ppo checks before Ray starts, minus the files: PRIME's config checks, veRL's
-    `validate_config` (the original, not the plugin's wrapper, which also reads data files and dry-runs the
-    reward) and the layout vs `ray_kwargs.ray_init.num_gpus`."""
+    """What main_ppo checks before Ray starts, minus the files, in its order: the layout vs
+    `ray_kwargs.ray_init.num_gpus`, PRIME's config checks, and veRL's `validate_config` (the original, not the
+    plugin's wrapper, which also reads data files and dry-runs the reward)."""
     import verl.utils.config as verl_config
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
     from verl_prime_lora.checks.config_checks import validate_prime_config
     from verl_prime_lora.checks.input_checks import check_devices
 
+    check_devices(cfg)
     validate_prime_config(cfg, check_tokenizers=False)
     validate = getattr(verl_config.validate_config, "__wrapped__", verl_config.validate_config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Disabled critic as algorithm.adv_estimator != gae"
         validate(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    check_devices(cfg)
 
 
 # veRL's messages for keys it has no default for (the recipes set them; an override may unset them), and what to set

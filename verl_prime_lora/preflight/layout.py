@@ -49,233 +49,266 @@ class Layout:
     problems: list[str] = field(default_factory=list)
 
 
-def layout_from_config(cfg: Any) -> Layout:
-    """Reads the composed config into a `Layout` (no weights, only the models' config.json)."""
-    from verl.trainer.ppo.utils import need_reference_policy
+@dataclass(frozen=True)
+class _Reading:
+    """What every part of the layout reads first: the sequence length, the trainer pool and the rollout
+    temperature (a temperature other than 1 makes veRL copy the logits once more)."""
 
+    cfg: Any
+    seq: int
+    trainer_gpus: int
+    temperature: float
+
+    def shards(self, engine_key: str) -> int:
+        fsdp_size = int(select(self.cfg, f"{engine_key}.fsdp_size", -1))
+        return self.trainer_gpus if fsdp_size < 0 or fsdp_size >= self.trainer_gpus else fsdp_size
+
+    def compute_bytes(self, engine_key: str) -> int:
+        mp = select(self.cfg, f"{engine_key}.mixed_precision.param_dtype", "bf16")
+        return dtype_bytes(f"{engine_key}.mixed_precision.param_dtype", mp)
+
+    def param_bytes(self, engine_key: str) -> int:
+        return dtype_bytes(f"{engine_key}.model_dtype", select(self.cfg, f"{engine_key}.model_dtype", "fp32"))
+
+    def sp(self, engine_key: str) -> int:
+        return max(1, int(select(self.cfg, f"{engine_key}.ulysses_sequence_parallel_size", 1)))
+
+    def flag(self, key: str, default: bool) -> bool:
+        return bool(select(self.cfg, key, default))
+
+
+def _check_strategies(cfg: Any) -> None:
     for key in ("actor_rollout_ref.actor.strategy", "prime.prm.engine.strategy"):
         if select(cfg, key, "fsdp") not in ("fsdp", "fsdp2"):
             raise PreflightConfigError(
                 f"{key}: is {select(cfg, key)!r}; the estimator covers veRL's FSDP engines only."
             )
 
-    notes: list[str] = []
-    problems: list[str] = []
-    actor_shape = load_model_shape("actor_rollout_ref.model", cfg)
-    prm_shape = load_model_shape("prime.prm.model", cfg)
-    seq = int(select(cfg, "data.max_prompt_length", 512)) + int(select(cfg, "data.max_response_length", 512))
-    nodes = int(select(cfg, "trainer.nnodes", 1))
-    per_node = int(select(cfg, "trainer.n_gpus_per_node", 1))
-    trainer_gpus = nodes * per_node
-    mode = trainer_mode(cfg)
-    standalone = has_standalone_rollout(cfg)
-    r_nodes = int(select(cfg, "actor_rollout_ref.rollout.nnodes", 0)) if standalone else 0
-    r_per_node = int(select(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) if standalone else 0
-    temperature = float(select(cfg, "actor_rollout_ref.rollout.temperature", 1.0))
 
-    def shards(engine_key: str) -> int:
-        fsdp_size = int(select(cfg, f"{engine_key}.fsdp_size", -1))
-        return trainer_gpus if fsdp_size < 0 or fsdp_size >= trainer_gpus else fsdp_size
+def _sync_buffers(cfg: Any) -> tuple[str, int]:
+    """(weight-sync backend, bytes of one bucket)."""
+    backend = str(select(cfg, "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive"))
+    bucket = int(select(cfg, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes", 2048)) << 20
+    return backend, bucket
 
-    def compute_bytes(engine_key: str) -> int:
-        mp = select(cfg, f"{engine_key}.mixed_precision.param_dtype", "bf16")
-        return dtype_bytes(f"{engine_key}.mixed_precision.param_dtype", mp)
 
-    def sp(engine_key: str) -> int:
-        return max(1, int(select(cfg, f"{engine_key}.ulysses_sequence_parallel_size", 1)))
-
-    # -- actor ---------------------------------------------------------------------------------------
-    a_eng = "actor_rollout_ref.actor.fsdp_config"
+def _actor_spec(r: _Reading, standalone: bool, notes: list[str]) -> EngineSpec:
+    """The LoRA (or full) actor: its training and log-prob micro-batches, the weight-sync buffers."""
+    cfg, a_eng = r.cfg, "actor_rollout_ref.actor.fsdp_config"
     lora_rank = actor_lora_rank(cfg)
     actor_lora = actor_uses_lora(cfg)
     if actor_lora and lora_rank <= 0:
         notes.append("actor: a LoRA adapter from lora_adapter_path, rank unknown here: counted as rank 32")
         lora_rank = 32
-    a_targets = lora_targets(select(cfg, "actor_rollout_ref.model.target_modules", "all-linear"))
-    dynamic = bool(select(cfg, "actor_rollout_ref.actor.use_dynamic_bsz", False))
+    dynamic = r.flag("actor_rollout_ref.actor.use_dynamic_bsz", False)
     a_train = micro_batch_tokens(
         cfg,
         dynamic,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-        seq,
+        r.seq,
         "the actor update",
     )
     a_infer = micro_batch_tokens(
         cfg,
-        bool(select(cfg, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", dynamic)),
+        r.flag("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", dynamic),
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-        seq,
+        r.seq,
         "the actor's log-probs",
     )
-    backend = str(select(cfg, "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive"))
-    bucket = int(select(cfg, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes", 2048)) << 20
-    sync_buffers = (2 if backend == "nccl" else 1) * bucket
-    actor = EngineSpec(
+    backend, bucket = _sync_buffers(cfg)
+    return EngineSpec(
         name=f"actor (LoRA r={lora_rank})" if actor_lora else "actor (full)",
         trainable=True,
-        param_bytes=dtype_bytes(f"{a_eng}.model_dtype", select(cfg, f"{a_eng}.model_dtype", "fp32")),
-        compute_bytes=compute_bytes(a_eng),
-        shards=shards(a_eng),
+        param_bytes=r.param_bytes(a_eng),
+        compute_bytes=r.compute_bytes(a_eng),
+        shards=r.shards(a_eng),
         lora_rank=lora_rank if actor_lora else 0,
-        targets=a_targets,
+        targets=lora_targets(select(cfg, "actor_rollout_ref.model.target_modules", "all-linear")),
         lora_dropout=float(select(cfg, "actor_rollout_ref.model.lora.dropout", 0.0) or 0.0),
-        param_offload=bool(select(cfg, f"{a_eng}.param_offload", False)),
-        optimizer_offload=bool(select(cfg, f"{a_eng}.optimizer_offload", False)),
-        reshard_after_forward=bool(select(cfg, f"{a_eng}.reshard_after_forward", True)),
-        checkpointing=bool(select(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
-        train_tokens=math.ceil(a_train / sp(a_eng)),
-        infer_tokens=math.ceil(a_infer / sp(a_eng)),
-        train_temperature_copy=temperature != 1.0,
-        infer_temperature_copy=temperature != 1.0,
-        sync_buffer_bytes=sync_buffers,
+        param_offload=r.flag(f"{a_eng}.param_offload", False),
+        optimizer_offload=r.flag(f"{a_eng}.optimizer_offload", False),
+        reshard_after_forward=r.flag(f"{a_eng}.reshard_after_forward", True),
+        checkpointing=r.flag("actor_rollout_ref.model.enable_gradient_checkpointing", True),
+        train_tokens=math.ceil(a_train / r.sp(a_eng)),
+        infer_tokens=math.ceil(a_infer / r.sp(a_eng)),
+        train_temperature_copy=r.temperature != 1.0,
+        infer_temperature_copy=r.temperature != 1.0,
+        sync_buffer_bytes=(2 if backend == "nccl" else 1) * bucket,
         empties_cache_before_rollout=not standalone,
     )
-    workers: list[tuple[ModelShape, EngineSpec]] = [(actor_shape, actor)]
 
-    # veRL's own reference: only with a KL term, and none for a LoRA actor (its adapter off is the reference)
-    use_ref = bool(need_reference_policy(cfg))
-    if use_ref and not actor_lora:
-        r_eng = "actor_rollout_ref.ref.fsdp_config"
-        r_dynamic = bool(select(cfg, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", dynamic))
-        r_tokens = micro_batch_tokens(
-            cfg,
-            r_dynamic,
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-            seq,
-            "the actor reference's log-probs",
-        )
-        workers.append(
-            (
-                actor_shape,
-                EngineSpec(
-                    name="actor reference (frozen)",
-                    trainable=False,
-                    param_bytes=dtype_bytes(f"{r_eng}.model_dtype", select(cfg, f"{r_eng}.model_dtype", "fp32")),
-                    compute_bytes=compute_bytes(r_eng),
-                    shards=shards(r_eng),
-                    infer_tokens=math.ceil(r_tokens / sp(r_eng)),
-                    infer_temperature_copy=temperature != 1.0,
-                    forward_only=True,
-                ),
-            )
-        )
 
-    # -- PRM -----------------------------------------------------------------------------------------
+def _reference_spec(r: _Reading) -> EngineSpec:
+    """veRL's own frozen reference of a full-parameter actor (with a KL term)."""
+    cfg, r_eng = r.cfg, "actor_rollout_ref.ref.fsdp_config"
+    dynamic = r.flag(
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", r.flag("actor_rollout_ref.actor.use_dynamic_bsz", False)
+    )
+    tokens = micro_batch_tokens(
+        cfg,
+        dynamic,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+        r.seq,
+        "the actor reference's log-probs",
+    )
+    return EngineSpec(
+        name="actor reference (frozen)",
+        trainable=False,
+        param_bytes=r.param_bytes(r_eng),
+        compute_bytes=r.compute_bytes(r_eng),
+        shards=r.shards(r_eng),
+        infer_tokens=math.ceil(tokens / r.sp(r_eng)),
+        infer_temperature_copy=r.temperature != 1.0,
+        forward_only=True,
+    )
+
+
+def _prm_spec(r: _Reading) -> EngineSpec:
+    """The PRM (full or LoRA): trainable unless `prime.prm.update=none`, its micro-batches from the typed config."""
+    cfg, p_eng = r.cfg, "prime.prm.engine"
     try:
         prm = prime_config(cfg).prm  # typed, with its defaults (null infer_* = the training values)
     except PrimeConfigError as err:
         raise PreflightConfigError(str(err)) from None
-    p_eng = "prime.prm.engine"
     p_lora = prm_is_lora(cfg.prime.prm)
     p_rank = int(select(cfg, "prime.prm.model.lora_rank", 0) or 0) or (32 if p_lora else 0)
-    update = prm.update
     # prime_config requires a token budget with use_dynamic_bsz and micro-batches > 0
     if prm.use_dynamic_bsz:
         p_train = prm.max_token_len_per_gpu
         p_infer = int(prm.infer_max_token_len_per_gpu or prm.max_token_len_per_gpu or 0)
     else:
-        p_train = prm.micro_batch_size_per_gpu * seq
-        p_infer = prm.infer_micro_batch_size_per_gpu * seq
-    p_param_bytes = dtype_bytes(f"{p_eng}.model_dtype", select(cfg, f"{p_eng}.model_dtype", "fp32"))
-    prm_spec = EngineSpec(
+        p_train = prm.micro_batch_size_per_gpu * r.seq
+        p_infer = prm.infer_micro_batch_size_per_gpu * r.seq
+    return EngineSpec(
         name=f"PRM (LoRA r={p_rank})" if p_lora else "PRM (full)",
-        trainable=update != "none",
-        param_bytes=p_param_bytes,
-        compute_bytes=compute_bytes(p_eng),
-        shards=shards(p_eng),
+        trainable=prm.update != "none",
+        param_bytes=r.param_bytes(p_eng),
+        compute_bytes=r.compute_bytes(p_eng),
+        shards=r.shards(p_eng),
         lora_rank=p_rank if p_lora else 0,
         targets=lora_targets(select(cfg, "prime.prm.model.target_modules", "all-linear")),
         lora_dropout=float(select(cfg, "prime.prm.model.lora.dropout", 0.0) or 0.0),
-        param_offload=bool(select(cfg, f"{p_eng}.param_offload", False)),
-        optimizer_offload=bool(select(cfg, f"{p_eng}.optimizer_offload", False)),
-        reshard_after_forward=bool(select(cfg, f"{p_eng}.reshard_after_forward", True)),
-        checkpointing=bool(select(cfg, "prime.prm.model.enable_gradient_checkpointing", True)),
-        train_tokens=math.ceil(p_train / sp(p_eng)) if update != "none" else 0,
-        infer_tokens=math.ceil(p_infer / sp(p_eng)),
+        param_offload=r.flag(f"{p_eng}.param_offload", False),
+        optimizer_offload=r.flag(f"{p_eng}.optimizer_offload", False),
+        reshard_after_forward=r.flag(f"{p_eng}.reshard_after_forward", True),
+        checkpointing=r.flag("prime.prm.model.enable_gradient_checkpointing", True),
+        train_tokens=math.ceil(p_train / r.sp(p_eng)) if prm.update != "none" else 0,
+        infer_tokens=math.ceil(p_infer / r.sp(p_eng)),
     )
-    workers.append((prm_shape, prm_spec))
 
-    prm_reference = reference_source(cfg, use_ref)
-    if prm_reference == REF_FROZEN:
-        workers.append(
-            (
-                prm_shape,
-                replace(
-                    prm_spec,
-                    name="PRM reference (frozen copy)",
-                    trainable=False,
-                    lora_rank=0,
-                    param_offload=False,
-                    optimizer_offload=False,
-                    train_tokens=0,
-                    forward_only=True,
-                ),
-            )
-        )
 
-    # -- rollout -------------------------------------------------------------------------------------
-    ro = "actor_rollout_ref.rollout"
-    tp = int(select(cfg, f"{ro}.tensor_model_parallel_size", 1))
-    pp = int(select(cfg, f"{ro}.pipeline_model_parallel_size", 1))
+def _frozen_prm_copy(prm_spec: EngineSpec) -> EngineSpec:
+    """The forward-only copy of a full-parameter PRM's initial weights (`run_config.REF_FROZEN`)."""
+    return replace(
+        prm_spec,
+        name="PRM reference (frozen copy)",
+        trainable=False,
+        lora_rank=0,
+        param_offload=False,
+        optimizer_offload=False,
+        train_tokens=0,
+        forward_only=True,
+    )
+
+
+def _rollout_spec(r: _Reading) -> RolloutSpec:
+    cfg, ro = r.cfg, "actor_rollout_ref.rollout"
     max_model_len = int(select(cfg, f"{ro}.max_model_len", 0) or 0) or (
-        int(select(cfg, f"{ro}.prompt_length", 0) or 0) + int(select(cfg, f"{ro}.response_length", 0) or 0) or seq
+        int(select(cfg, f"{ro}.prompt_length", 0) or 0) + int(select(cfg, f"{ro}.response_length", 0) or 0) or r.seq
     )
-    rollout = RolloutSpec(
+    backend, bucket = _sync_buffers(cfg)
+    return RolloutSpec(
         gpu_memory_utilization=float(select(cfg, f"{ro}.gpu_memory_utilization", 0.5)),
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
+        tensor_parallel=int(select(cfg, f"{ro}.tensor_model_parallel_size", 1)),
+        pipeline_parallel=int(select(cfg, f"{ro}.pipeline_model_parallel_size", 1)),
         weight_bytes=dtype_bytes(f"{ro}.dtype", select(cfg, f"{ro}.dtype", "bfloat16")),
         max_model_len=max_model_len,
         sequences_per_step=int(select(cfg, "data.train_batch_size", 1)) * int(select(cfg, f"{ro}.n", 1)),
         receive_buffer_bytes=2 * bucket if backend == "nccl" else 0,
-        free_cache_engine=bool(select(cfg, f"{ro}.free_cache_engine", True)),
+        free_cache_engine=r.flag(f"{ro}.free_cache_engine", True),
     )
 
-    # -- placement problems (vLLM / veRL would refuse these) -----------------------------------------
-    rollout_gpus = r_nodes * r_per_node if standalone else trainer_gpus
+
+def _placement_problems(layout: Layout) -> list[str]:
+    """What vLLM or veRL would refuse about where the rollout runs."""
+    ro, rollout, shape = "actor_rollout_ref.rollout", layout.rollout, layout.actor_shape
+    standalone, tp, pp = layout.standalone_rollout, rollout.tensor_parallel, rollout.pipeline_parallel
+    rollout_gpus = layout.rollout_gpus if standalone else layout.trainer_gpus
     pool = "actor_rollout_ref.rollout.n_gpus_per_node" if standalone else "trainer.n_gpus_per_node"
+    problems = []
     if standalone and rollout_gpus <= 0:
         problems.append(
-            f"{pool}: the split trainer {mode} needs a standalone rollout pool, but it has "
-            f"{r_nodes} node(s) x {r_per_node} GPU(s)."
+            f"{pool}: the split trainer {layout.trainer_mode} needs a standalone rollout pool, but it has "
+            f"{layout.rollout_nodes} node(s) x {layout.rollout_gpus_per_node} GPU(s)."
         )
     elif rollout_gpus % (tp * pp):
         problems.append(
             f"{ro}.tensor_model_parallel_size: TP {tp} x PP {pp} does not divide the {rollout_gpus} "
             f"rollout GPU(s) ({pool})."
         )
-    gpus_per_rollout_node = r_per_node if standalone else per_node
+    gpus_per_rollout_node = layout.rollout_gpus_per_node if standalone else layout.trainer_gpus_per_node
     if tp > max(1, gpus_per_rollout_node):
         problems.append(
             f"{ro}.tensor_model_parallel_size: TP {tp} spans more GPUs than one node has for rollout "
             f"({gpus_per_rollout_node}); vLLM keeps a TP group on one node."
         )
-    if actor_shape.num_heads % tp:
+    if shape.num_heads % tp:
         problems.append(
-            f"{ro}.tensor_model_parallel_size: {actor_shape.num_heads} attention heads do not split over TP {tp}."
+            f"{ro}.tensor_model_parallel_size: {shape.num_heads} attention heads do not split over TP {tp}."
         )
-    if actor_shape.max_position_embeddings and max_model_len > int(actor_shape.max_position_embeddings):
+    if shape.max_position_embeddings and rollout.max_model_len > int(shape.max_position_embeddings):
         problems.append(
-            f"data.max_response_length: prompt + response = {max_model_len} tokens exceeds the model's "
-            f"max_position_embeddings {actor_shape.max_position_embeddings} (vLLM refuses that max_model_len)."
+            f"data.max_response_length: prompt + response = {rollout.max_model_len} tokens exceeds the model's "
+            f"max_position_embeddings {shape.max_position_embeddings} (vLLM refuses that max_model_len)."
         )
-    return Layout(
+    return problems
+
+
+def layout_from_config(cfg: Any) -> Layout:
+    """Reads the composed config into a `Layout` (no weights, only the models' config.json): the actor, veRL's
+    reference (a KL term with a full-parameter actor), the PRM and its frozen copy where
+    `run_config.reference_source` picks one, the rollout, the pools, and what veRL or vLLM would refuse."""
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    _check_strategies(cfg)
+    nodes, per_node = int(select(cfg, "trainer.nnodes", 1)), int(select(cfg, "trainer.n_gpus_per_node", 1))
+    seq = int(select(cfg, "data.max_prompt_length", 512)) + int(select(cfg, "data.max_response_length", 512))
+    r = _Reading(cfg, seq, nodes * per_node, float(select(cfg, "actor_rollout_ref.rollout.temperature", 1.0)))
+    standalone = has_standalone_rollout(cfg)
+    actor_shape = load_model_shape("actor_rollout_ref.model", cfg)
+    prm_shape = load_model_shape("prime.prm.model", cfg)
+
+    notes: list[str] = []
+    workers: list[tuple[ModelShape, EngineSpec]] = [(actor_shape, _actor_spec(r, standalone, notes))]
+    use_ref = bool(need_reference_policy(cfg))
+    if use_ref and not actor_uses_lora(cfg):  # a LoRA actor's reference is its adapter off: no copy
+        workers.append((actor_shape, _reference_spec(r)))
+    prm_spec = _prm_spec(r)
+    workers.append((prm_shape, prm_spec))
+    prm_reference = reference_source(cfg, use_ref)
+    if prm_reference == REF_FROZEN:
+        workers.append((prm_shape, _frozen_prm_copy(prm_spec)))
+
+    r_nodes = int(select(cfg, "actor_rollout_ref.rollout.nnodes", 0)) if standalone else 0
+    r_per_node = int(select(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) if standalone else 0
+    layout = Layout(
         actor_shape=actor_shape,
         prm_shape=prm_shape,
         workers=workers,
-        rollout=rollout,
+        rollout=_rollout_spec(r),
         standalone_rollout=standalone,
-        trainer_gpus=trainer_gpus,
+        trainer_gpus=r.trainer_gpus,
         trainer_nodes=nodes,
         trainer_gpus_per_node=per_node,
-        rollout_gpus=rollout_gpus if standalone else 0,
+        rollout_gpus=r_nodes * r_per_node,
         rollout_nodes=r_nodes,
         rollout_gpus_per_node=r_per_node,
-        trainer_mode=mode,
+        trainer_mode=trainer_mode(cfg),
         prm_reference=prm_reference,
         notes=notes,
-        problems=problems,
     )
+    layout.problems.extend(_placement_problems(layout))
+    return layout

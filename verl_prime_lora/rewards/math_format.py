@@ -95,7 +95,7 @@ def compute_score(
     - ``reason``: one of ``REASONS``. Bad rows (anything but ``correct``/``wrong``: empty response, no
       parsable answer, bad ground truth, timeout, verifier failure) get ``score = acc = 0`` whatever
       their format (the seed still paid the format weight to a formatted row without a parsable
-      answer; issue 5 asks for 0); they never raise. Per-process counts: ``reason_counts()``; the data/verifier
+      answer: a reward for looking right); they never raise. Per-process counts: ``reason_counts()``; the data/verifier
       anomalies are also logged (at their 1st, 10th, 100th, ... occurrence).
     - ``pred``: the extracted final answer as text ("" when none), for maj@N and generation dumps.
     - ``label_unknown`` (``reward_info.LABEL_UNKNOWN_KEY``): 1.0 for the anomalies (bad ground truth,

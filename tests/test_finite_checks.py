@@ -1,0 +1,164 @@
+"""Non-finite values never reach an optimizer (verl_prime_lora.integration.finite_checks): what counts as a finite
+number, the stop after a NaN/inf PRM update, the stop on NaN/inf process rewards and advantages before they are
+written back, and the veRL behaviour the PRM update's message relies on."""
+
+import inspect
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import verl
+from hydra import compose, initialize_config_dir
+from verl import DataProto
+
+from verl_prime_lora.algo.prime_config import advantage_config, prime_config
+from verl_prime_lora.integration import trainer as trainer_module
+from verl_prime_lora.integration.finite_checks import (
+    NonFiniteError,
+    check_finite,
+    check_prm_update,
+    is_value_problem,
+    result_problem,
+    value_problem,
+)
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+# --------------------------------------------------------------------------------------------------
+# numbers
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", [0, 1.5, -2, True, np.float32(0.5), np.int64(3), torch.tensor(0.25)])
+def test_finite_numbers_pass(number):
+    assert value_problem("score", number) is None
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (float("nan"), "non-finite score nan"),
+        (float("inf"), "non-finite score inf"),
+        (-math.inf, "non-finite score -inf"),
+        (np.float64("nan"), "non-finite score nan"),
+        (torch.tensor(float("inf")), "non-finite score inf"),
+        ("0.5", "non-number score '0.5' (str)"),
+        (None, "non-number score None (NoneType)"),
+        ([1.0], "non-number score [1.0] (list)"),
+        ({"score": 1.0}, "non-number score {'score': 1.0} (dict)"),
+    ],
+)
+def test_values_that_cannot_be_trained_on(value, problem):
+    assert value_problem("score", value) == problem
+    assert is_value_problem(problem)
+
+
+def test_a_long_value_is_cut_in_the_message():
+    problem = value_problem("score", "x" * 1000)
+    assert problem.startswith("non-number score 'xxx") and problem.endswith("... (str)") and len(problem) < 120
+
+
+def test_an_exception_is_not_a_value_problem():
+    assert not is_value_problem("ValueError: no ground truth") and not is_value_problem("")
+
+
+def test_a_result_is_checked_on_its_score_then_its_label():
+    assert result_problem({"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}, "acc") is None
+    assert result_problem({"reward_score": 1.0, "reward_extra_info": {}}, "acc") is None  # no label: veRL's to refuse
+    both = {"reward_score": math.nan, "reward_extra_info": {"acc": math.inf}}
+    assert result_problem(both, "acc") == "non-finite score nan"
+    label = {"reward_score": 1.0, "reward_extra_info": {"acc": None}}
+    assert result_problem(label, "acc") == "non-number PRM label 'acc' None (NoneType)"
+
+
+# --------------------------------------------------------------------------------------------------
+# the PRM update
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_finite_prm_update_goes_on():
+    check_prm_update({"loss": 0.69, "grad_norm": 0.1, "lr": 1e-6}, step=1)
+    check_prm_update({}, step=1)  # prime.prm.update=none: no update metrics
+
+
+def test_a_non_finite_grad_norm_stops_the_run_with_the_weights_unchanged():
+    with pytest.raises(NonFiniteError) as err:
+        check_prm_update({"loss": math.nan, "grad_norm": math.nan, "lr": 1e-6}, step=3)
+    message = str(err.value)
+    assert message.startswith("prime.prm: step 3: the PRM update gave prm/update_loss = nan, prm/grad_norm = nan;")
+    assert "weights unchanged" in message and "FSDPEngine.optimizer_step" in message
+
+
+def test_a_non_finite_loss_with_a_finite_grad_norm_says_the_step_was_taken():
+    with pytest.raises(NonFiniteError, match=r"prm/update_loss = inf; its grad norm was finite") as err:
+        check_prm_update({"loss": math.inf, "grad_norm": 0.5}, step=2)
+    assert "weights unchanged" not in str(err.value)
+
+
+def test_verl_fsdp_engine_skips_the_optimizer_step_on_a_non_finite_grad_norm():
+    """The PRM update's message says so: pin the veRL code it relies on (FSDPEngine.optimizer_step)."""
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    source = inspect.getsource(FSDPEngine.optimizer_step)
+    skip = source.index("if not torch.isfinite(grad_norm):")
+    assert source.index("self.optimizer.zero_grad()", skip) < source.index("self.optimizer.step()", skip)
+
+
+# --------------------------------------------------------------------------------------------------
+# token tensors: process rewards, advantages
+# --------------------------------------------------------------------------------------------------
+
+
+def test_non_finite_values_outside_the_response_mask_are_not_read():
+    values = torch.tensor([[0.1, 0.2, math.nan], [math.inf, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # row 1: a padding row
+    check_finite("prime.prm", "token process rewards", values, mask, step=1, hint="")
+
+
+def test_a_non_finite_response_token_stops_naming_the_quantity_rows_and_step():
+    values = torch.zeros(12, 3)
+    values[2, 1], values[9, 0] = math.nan, -math.inf
+    with pytest.raises(NonFiniteError) as err:
+        check_finite("prime.prm", "token process rewards", values, torch.ones(12, 3), step=4, hint="Look here.")
+    message = str(err.value)
+    assert message.startswith(
+        "prime.prm: step 4: the token process rewards are NaN or infinite on 2 response tokens of 2 rows "
+        "(rows 2, 9; first value nan)"
+    )
+    assert message.endswith("Look here.")
+
+
+def colocated(*overrides):
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        overrides = ["+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m", *overrides]
+        return compose("ppo_trainer", overrides=overrides)
+
+
+def test_non_finite_advantages_are_not_written_back(monkeypatch):
+    """A NaN reward that bypassed the reward guard (here: in rm_scores) stops in `_advantage_step`, before
+    TransferQueue gets the advantages."""
+    written = []
+    monkeypatch.setattr(trainer_module.tq, "kv_batch_put", lambda **kw: written.append(kw))
+    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
+    trainer.config = colocated()
+    trainer.prime = prime_config(trainer.config)
+    trainer.prime_advantage = advantage_config(trainer.config.algorithm)
+    trainer.prm_pairwise_ema, trainer.global_steps = 0.5, 6
+    mask = torch.ones(4, 3)
+    scores = torch.zeros(4, 3)
+    scores[1, -1] = math.nan
+    data = DataProto.from_dict(
+        tensors={"rm_scores": scores, "response_mask": mask},
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
+    )
+    batch = SimpleNamespace(keys=["a_0_0", "a_1_0", "b_0_0", "b_1_0"], partition_id="train")
+    metrics = {"prm/dpo_acc_before_mixed": 0.5}
+    with pytest.raises(
+        NonFiniteError, match=r"^algorithm\.adv_estimator: step 6: the advantages of prime_grpo are NaN"
+    ):
+        trainer._advantage_step(batch, data, None, torch.zeros(4, 3), metrics)
+    assert written == []

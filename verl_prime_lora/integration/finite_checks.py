@@ -1,0 +1,118 @@
+"""Non-finite values never reach an optimizer in a PRIME run: the checks, as small pure functions.
+
+Where each one acts:
+
+* `value_problem` / `result_problem` — a reward-loop result whose score or PRM label is NaN, ±inf or not a
+  number (a string, None): `reward_failures.guarded_score` turns it into a failed row (reward 0, no PRM
+  label; counted in ``reward/failed_*`` and stopped above ``prime.max_failed_rollout_ratio``), and the
+  start-up dry run (`checks.input_checks.dry_run_reward`) refuses the reward function that returned it.
+* `check_prm_update` — after the PRM update (`trainer._prm_step`): a NaN/inf ``prm/update_loss`` or
+  ``prm/grad_norm`` stops the run before the actor's update.
+* `check_finite` — the token process rewards (`trainer._prm_step`) and the advantages and returns
+  (`trainer._advantage_step`), on every response token, before they are used or written back.
+
+Nothing here imports torch, veRL or Ray: tensors are read through their own methods.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+NON_FINITE = "non-finite"  # how a value problem starts: "non-finite score nan"
+NON_NUMBER = "non-number"  # "non-number score 'abc' (str)"
+MAX_REPR_CHARS = 80
+MAX_ROWS_NAMED = 8
+
+# What the PRM worker's update returns (`ImplicitPRM.update`) → the metric it is logged as.
+PRM_UPDATE_METRICS = {"loss": "prm/update_loss", "grad_norm": "prm/grad_norm"}
+
+
+class NonFiniteError(RuntimeError):
+    """A value a PRIME step would train on is NaN or infinite; the message starts with the config key."""
+
+
+def value_problem(quantity: str, value: Any) -> str | None:
+    """Why `value` cannot be trained on — "non-finite score nan", "non-number score 'abc' (str)" — or None
+    when it is a finite number (anything `float()` takes, strings excepted: a Python or numpy number, a
+    0-d tensor)."""
+    if isinstance(value, (str, bytes)):
+        number = None
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None:
+        text = repr(value)
+        text = text if len(text) <= MAX_REPR_CHARS else text[: MAX_REPR_CHARS - 3] + "..."
+        return f"{NON_NUMBER} {quantity} {text} ({type(value).__name__})"
+    if not math.isfinite(number):
+        return f"{NON_FINITE} {quantity} {number}"
+    return None
+
+
+def is_value_problem(error: str) -> bool:
+    """Whether a failed row's ``reward_error`` is a `value_problem` (else it is the exception the reward raised,
+    "Type: message", whose type name has no hyphen)."""
+    return error.startswith((NON_FINITE, NON_NUMBER))
+
+
+def label_quantity(label_key: str) -> str:
+    return f"PRM label {label_key!r}"
+
+
+def result_problem(result: dict, label_key: str | None) -> str | None:
+    """The first `value_problem` of a reward-loop result ({"reward_score", "reward_extra_info"}): its score,
+    then its PRM label ``reward_extra_info[label_key]`` when it has one; None when both are finite numbers."""
+    problem = value_problem("score", result.get("reward_score"))
+    info = result.get("reward_extra_info") or {}
+    if problem is None and label_key and label_key in info:
+        problem = value_problem(label_quantity(label_key), info[label_key])
+    return problem
+
+
+def check_prm_update(update_metrics: dict[str, float], step: int) -> None:
+    """Raise `NonFiniteError` when the PRM update's mean loss or grad norm (`PRM_UPDATE_METRICS`) is NaN or ±inf.
+
+    veRL's FSDP engine skips the optimizer step of a mini-batch whose grad norm is not finite
+    (`FSDPEngine.optimizer_step`, workers/engine/fsdp/transformer_impl.py: zero_grad instead of step), so such
+    a mini-batch leaves the PRM's weights unchanged; the run still stops, before the actor's update.
+    """
+    bad = {
+        metric: update_metrics[key]
+        for key, metric in PRM_UPDATE_METRICS.items()
+        if key in update_metrics and not math.isfinite(float(update_metrics[key]))
+    }
+    if not bad:
+        return
+    grad_norm = update_metrics.get("grad_norm")
+    if grad_norm is not None and not math.isfinite(float(grad_norm)):
+        weights = (
+            "veRL's FSDP engine skipped the optimizer step of each mini-batch whose grad norm was not finite "
+            "(FSDPEngine.optimizer_step: weights unchanged by it)"
+        )
+    else:
+        weights = "its grad norm was finite, so its optimizer steps were taken"
+    values = ", ".join(f"{metric} = {value}" for metric, value in bad.items())
+    raise NonFiniteError(
+        f"prime.prm: step {step}: the PRM update gave {values}; {weights}. The run stops before the actor's "
+        "update. Look for NaN/inf in what the PRM trains on (its reference log-probs, the rewards' labels) "
+        "or lower prime.prm.optim.lr."
+    )
+
+
+def check_finite(key: str, quantity: str, values: Any, mask: Any, step: int, hint: str) -> None:
+    """Raise `NonFiniteError` (starting with `key`, naming `quantity` and `step`) when the (B, T) tensor `values`
+    holds a NaN or ±inf where the (B, T) `mask` is > 0 (the response tokens; padding is not read)."""
+    bad = ~values.isfinite() & (mask > 0)
+    if not bool(bad.any()):
+        return
+    rows = bad.any(-1).nonzero().flatten().tolist()
+    first = values[bad][0].item()
+    named = ", ".join(map(str, rows[:MAX_ROWS_NAMED])) + (", ..." if len(rows) > MAX_ROWS_NAMED else "")
+    raise NonFiniteError(
+        f"{key}: step {step}: the {quantity} are NaN or infinite on {int(bad.sum())} response tokens of "
+        f"{len(rows)} rows (rows {named}; first value {first}); they are not written back and the run stops "
+        f"before the actor's update. {hint}"
+    )

@@ -1,0 +1,94 @@
+"""The processes of one run, found by a marker in their environment, and their cleanup.
+
+A `main_ppo` run spreads over many processes: the driver, the local Ray cluster it starts (GCS, raylet,
+dashboard and runtime-env agents, workers) and vLLM's engine processes. Each inherits the driver's
+environment, so a marker set there before Ray starts (`RUN_MARKER`) names them all, whatever their
+parentage. `kill_run` ends every process that carries a run's marker.
+
+`reap_after_driver` starts a watcher process for a PRIME run's driver: when the driver ends, however it
+ends (normal exit, an exception, SIGINT, SIGTERM, SIGKILL), the watcher kills whatever of the run is
+left, so no Ray daemon or vLLM engine outlives it by more than a few seconds. A run on an external Ray
+cluster (`ray start`) is not touched there: its raylet and workers do not carry the driver's environment.
+Nothing here imports Ray, torch or veRL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+RUN_MARKER = "VERL_PRIME_LORA_RUN_ID"
+WATCH_INTERVAL_S = 0.5
+
+
+def pids_with_marker(run_id: str) -> list[int]:
+    """Every live process (but this one) whose environment holds `RUN_MARKER=run_id`."""
+    needle = f"{RUN_MARKER}={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0") and not is_gone(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def is_gone(pid: int) -> bool:
+    """The process has exited (no /proc entry, or a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def kill_run(run_id: str, grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process whose environment carries this run's marker; the survivors."""
+    pids = pids_with_marker(run_id)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if not is_gone(pid)]
+            time.sleep(0.2)
+    return pids
+
+
+def reap_after_driver() -> str:
+    """Mark this (driver) process's environment with a run id, unless it has one, and start the watcher
+    that kills the run's processes once this process ends. Returns the run id."""
+    run_id = os.environ.setdefault(RUN_MARKER, uuid.uuid4().hex)
+    env = {key: value for key, value in os.environ.items() if key != RUN_MARKER}
+    subprocess.Popen(
+        [sys.executable, "-m", "verl_prime_lora.run_processes", str(os.getpid()), run_id],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in the terminal's process group: Ctrl-C reaches the driver, not us
+        close_fds=True,
+    )
+    return run_id
+
+
+def watch(driver_pid: int, run_id: str) -> None:
+    """Wait for the driver to end, then kill what is left of its run."""
+    while not is_gone(driver_pid):
+        time.sleep(WATCH_INTERVAL_S)
+    kill_run(run_id)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), sys.argv[2])
