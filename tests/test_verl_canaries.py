@@ -256,6 +256,19 @@ CANARIES = [
         "dtype is still `mixed_precision.param_dtype` (bf16 when unset), and `dtype` is still not read",
     ),
     Canary(
+        f"{RB}:ReplayBuffer.__init__",
+        "a4a18b6415213710",
+        "verl_prime_lora/cpu/patches.py: poll_replay_buffer_often",
+        "poll_interval is still the 6th argument after self (trainer_mode, trainer_config, max_off_policy_threshold, "
+        "max_off_policy_strategy, sampler_kwargs) with a 2 s default, stored as self.poll_interval",
+    ),
+    Canary(
+        f"{RB}:ReplayBuffer._wait_for_next_poll",
+        "0a5425187a05e2e5",
+        "verl_prime_lora/cpu/patches.py: poll_replay_buffer_often",
+        "sample() still waits for unfinished rollouts by sleeping self.poll_interval between TransferQueue reads",
+    ),
+    Canary(
         "verl.plugin.platform.platform_manager:_detect_platform_name",
         "ffbc67882dbc1a81",
         "verl_prime_lora/cpu/platform.py: PlatformCPU.is_platform_available",

@@ -142,7 +142,7 @@ class PrmConfig(_Section):
         balance_labels: weigh right and wrong responses equally in the PRM loss (a skewed base rate,
             as in the CPU demo).
         mini_batch_size: prompts per PRM optimizer step (x rollout.n; memory); null: the actor's
-            `ppo_mini_batch_size` (what the recipe interpolates), filled in by `prime_config`.
+            `ppo_mini_batch_size`.
         micro_batch_size_per_gpu: responses per PRM forward/backward (memory; the seed: 2).
         infer_micro_batch_size_per_gpu: responses per PRM / reference log-prob forward; null: as
             `micro_batch_size_per_gpu`.
@@ -206,14 +206,11 @@ class PrimeConfig(_Section):
 
     Args:
         max_failed_rollout_ratio: the largest share of a step's rollouts that may fail in the reward
-            function or be dropped before training, in [0, 1] (0: stop at the first; 1: never stop;
-            see `reward_failures`); raise it for a flaky or sandboxed reward function.
-        diagnostics: per-step diagnostics of the PRM beyond its accuracies and losses
-            (`prm/token_log_ratio_mean`, `prm/length_pairwise_mixed`, `prm/ref_likelihood_dpo_acc_mixed`,
-            `prm/policy_dpo_acc_mixed`), and, where the PRM's pre-update log-probs come from its update's
-            first forward, a separate forward as well, logging their largest difference
-            (`prm/pre_update_log_prob_max_abs_diff`; the forward's are used). For debugging: one PRM forward
-            more per step.
+            function or be dropped before training, in [0, 1] (0: stop at the first); raise it for a flaky or
+            sandboxed reward function.
+        diagnostics: for debugging: four more `prm/*` diagnostics each step, and the PRM's pre-update
+            log-probs from a forward of their own as well as from its update, their largest difference logged
+            (`prm/pre_update_log_prob_max_abs_diff`): one PRM forward more per step.
         prm: the implicit PRM (`PrmConfig`).
     """
 
@@ -228,7 +225,8 @@ class PrimeConfig(_Section):
             self._fail(
                 "max_failed_rollout_ratio",
                 "the largest share of a step's rollouts that may fail in the reward function or be dropped "
-                "before training: a number in [0, 1] (0: stop at the first; 1: never stop).",
+                "before training: a number in [0, 1] (0: stop at the first; 1: only a step without a finite "
+                "reward stops).",
             )
 
 
