@@ -1,4 +1,4 @@
-"""Non-finite values never reach an optimizer (verl_prime_lora.integration.finite_checks): what counts as a finite
+"""Non-finite values never reach an optimizer (verl_prime_lora.checks.finite_checks): what counts as a finite
 number, the stop after a NaN/inf PRM update, the stop on NaN/inf process rewards and advantages before they are
 written back, and the veRL behaviour the PRM update's message relies on."""
 
@@ -15,8 +15,7 @@ from hydra import compose, initialize_config_dir
 from verl import DataProto
 
 from verl_prime_lora.algo.prime_config import advantage_config, prime_config
-from verl_prime_lora.integration import trainer as trainer_module
-from verl_prime_lora.integration.finite_checks import (
+from verl_prime_lora.checks.finite_checks import (
     NonFiniteError,
     check_finite,
     check_prm_update,
@@ -24,6 +23,7 @@ from verl_prime_lora.integration.finite_checks import (
     result_problem,
     value_problem,
 )
+from verl_prime_lora.integration import trainer as trainer_module
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 

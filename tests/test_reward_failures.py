@@ -23,6 +23,7 @@ from verl.trainer.ppo.v1.utils import MetricsAggregator
 import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import balanced_label_weights
 from verl_prime_lora.algo.prime_config import prime_config
+from verl_prime_lora.algo.run_config import reward_function_name
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.integration import prompt_filter
 from verl_prime_lora.integration import reward_failures as rf
@@ -52,7 +53,7 @@ PRIME_CONFIG = {
     "prime": {"prm": {"label_key": "acc"}},
     "reward": {"custom_reward_function": {"path": "reward.py"}, "reward_model": {"enable": False}},
 }
-REWARD_FN = rf.reward_function_name(OmegaConf.create(PRIME_CONFIG))  # "reward.py:compute_score"
+REWARD_FN = reward_function_name(OmegaConf.create(PRIME_CONFIG))  # "reward.py:compute_score"
 
 
 @pytest.fixture(autouse=True)

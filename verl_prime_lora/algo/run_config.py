@@ -22,6 +22,8 @@ from verl_prime_lora.algo.prime_config import config_value, prime_config
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.algo.core_algos).
 PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
+MAX_RATIO_KEY = "prime.max_failed_rollout_ratio"
+REWARD_FN_KEY = "reward.custom_reward_function.path"
 # The temperature of every log-prob the PRM and its reference score (the PRM's training temperature).
 PRM_TEMPERATURE = 1.0
 
@@ -159,3 +161,14 @@ def prime_state_file(global_step_folder: str) -> str:
     """The PRIME trainer's own state (the process gate's running mean) beside veRL's:
     `<default_local_dir>/global_step_N/prime_state.json`."""
     return os.path.join(global_step_folder, "prime_state.json")
+
+
+def reward_function_name(config: Any) -> str:
+    """The run's reward function as errors name it: `path:name` of `reward.custom_reward_function`, else the
+    reward model or veRL's default scorer (what veRL's reward loop calls, reward_loop.py compute_score)."""
+    path = get(config, REWARD_FN_KEY)
+    if path:
+        return f"{path}:{get(config, 'reward.custom_reward_function.name') or 'compute_score'}"
+    if get(config, "reward.reward_model.enable", False):
+        return "the reward model (reward.reward_model)"
+    return "veRL's default_compute_score"

@@ -84,19 +84,20 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import (
+    MAX_RATIO_KEY,
     has_standalone_rollout,
     is_prime_trainer,
     prime_state_file,
     prm_checkpoint_dir,
     resume_folder,
+    reward_function_name,
     reward_pool_gpus,
     rollout_pool_gpus,
     trainer_mode,
     training_ranks,
 )
 from verl_prime_lora.checks.config_checks import check_prm_tokenizer
-from verl_prime_lora.integration.finite_checks import label_quantity, value_problem
-from verl_prime_lora.integration.reward_failures import MAX_RATIO_KEY, reward_function_name
+from verl_prime_lora.checks.finite_checks import label_quantity, value_problem
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
 # standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.

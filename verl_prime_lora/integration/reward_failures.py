@@ -52,16 +52,14 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.algo.run_config import PRIME_TRAINERS
-from verl_prime_lora.integration.finite_checks import is_value_problem, result_problem
+from verl_prime_lora.algo.run_config import MAX_RATIO_KEY, PRIME_TRAINERS, REWARD_FN_KEY
+from verl_prime_lora.checks.finite_checks import is_value_problem, result_problem
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 
 logger = logging.getLogger(__name__)
 
 FAILED_KEY = "reward_failed"  # reward_extra_info: 1.0 when the row's reward failed (raised, or no finite number)
 ERROR_KEY = "reward_error"  # reward_extra_info: "ExceptionType: message" or the value problem, else ""
-MAX_RATIO_KEY = "prime.max_failed_rollout_ratio"
-REWARD_FN_KEY = "reward.custom_reward_function.path"
 MAX_ERROR_CHARS = 500
 
 # Per process: a zero value for each reward_extra_info key seen on a scored row (failed rows carry them all).
@@ -71,18 +69,6 @@ _FIRST_FAILURE_LOGGED = False
 
 class RolloutFailureError(RuntimeError):
     """A training step lost more rollouts than `prime.max_failed_rollout_ratio` allows, or got no finite reward."""
-
-
-def reward_function_name(config: Any) -> str:
-    """The run's reward function as errors name it: `path:name` of `reward.custom_reward_function`, else the
-    reward model or veRL's default scorer (what veRL's reward loop calls, reward_loop.py compute_score)."""
-    path = OmegaConf.select(config, REWARD_FN_KEY, default=None)
-    if path:
-        name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None) or "compute_score"
-        return f"{path}:{name}"
-    if OmegaConf.select(config, "reward.reward_model.enable", default=False):
-        return "the reward model (reward.reward_model)"
-    return "veRL's default_compute_score"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -71,9 +71,10 @@ from verl_prime_lora.algo.run_config import (
     prm_checkpoint_dir,
     reference_source,
     resume_folder,
+    reward_function_name,
 )
 from verl_prime_lora.checks.config_checks import step_batch_rows, validate_prime_config
-from verl_prime_lora.integration.finite_checks import check_finite, check_prm_update
+from verl_prime_lora.checks.finite_checks import check_finite, check_prm_update
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -90,7 +91,7 @@ from verl_prime_lora.integration.prm_worker import (
     unlabelled_rows,
     update_forward_is_pre_update,
 )
-from verl_prime_lora.integration.reward_failures import account_rollouts, reward_function_name
+from verl_prime_lora.integration.reward_failures import account_rollouts
 from verl_prime_lora.rewards.reward_info import label_unknown
 
 logger = logging.getLogger(__name__)
