@@ -17,6 +17,7 @@ from verl import DataProto
 from verl_prime_lora.algo.prime_config import advantage_config, prime_config
 from verl_prime_lora.checks.finite_checks import (
     NonFiniteError,
+    check_actor_update,
     check_finite,
     check_prm_update,
     is_value_problem,
@@ -97,6 +98,30 @@ def test_a_non_finite_loss_with_a_finite_grad_norm_says_the_step_was_taken():
     with pytest.raises(NonFiniteError, match=r"prm/update_loss = inf; its grad norm was finite") as err:
         check_prm_update({"loss": math.inf, "grad_norm": 0.5}, step=2)
     assert "weights unchanged" not in str(err.value)
+
+
+def test_a_non_finite_actor_update_stops_the_run():
+    check_actor_update({"actor/pg_loss": 0.1, "actor/grad_norm": 0.3, "actor/lr": 1e-3}, step=4)
+    with pytest.raises(NonFiniteError) as err:
+        check_actor_update({"actor/pg_loss": math.nan, "actor/grad_norm": math.inf}, step=4)
+    message = str(err.value)
+    assert message.startswith("actor_rollout_ref.actor: step 4: the actor update gave actor/pg_loss = nan,")
+    assert "weights unchanged" in message
+
+
+def test_the_trainer_checks_the_actor_update_after_verl_made_it(monkeypatch):
+    """`_update_actor` is veRL's, then the check: a NaN policy loss stops the step before its checkpoint."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    def verl_update(self, batch, metrics):
+        metrics.update({"actor/pg_loss": math.nan, "actor/grad_norm": 1.0})
+        return batch
+
+    monkeypatch.setattr(PPOTrainer, "_update_actor", verl_update)
+    trainer = object.__new__(trainer_module.PrimeTrainerSync)
+    trainer.global_steps = 7
+    with pytest.raises(NonFiniteError, match=r"^actor_rollout_ref\.actor: step 7: .*its grad norm was finite"):
+        trainer._update_actor("batch", {})
 
 
 def test_verl_fsdp_engine_skips_the_optimizer_step_on_a_non_finite_grad_norm():

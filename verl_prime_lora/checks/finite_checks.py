@@ -7,7 +7,8 @@ Where each one acts:
   label; counted in ``reward/failed_*`` and stopped above ``prime.max_failed_rollout_ratio``), and the
   start-up dry run (`checks.input_checks.dry_run_reward`) refuses the reward function that returned it.
 * `check_prm_update` — after the PRM update (`trainer._prm_step`): a NaN/inf ``prm/update_loss`` or
-  ``prm/grad_norm`` stops the run before the actor's update.
+  ``prm/grad_norm`` stops the run before the actor's update; `check_actor_update` — after the actor's
+  (`trainer._update_actor`): a NaN/inf ``actor/pg_loss`` or ``actor/grad_norm`` stops it before the checkpoint.
 * `check_finite` — the token process rewards (`trainer._prm_step`) and the advantages and returns
   (`trainer._advantage_step`), on every response token, before they are used or written back.
 
@@ -26,6 +27,8 @@ MAX_ROWS_NAMED = 8
 
 # What the PRM worker's update returns (`ImplicitPRM.update`) → the metric it is logged as.
 PRM_UPDATE_METRICS = {"loss": "prm/update_loss", "grad_norm": "prm/grad_norm"}
+# What veRL's actor update logs (trainer_base._update_actor), checked likewise.
+ACTOR_UPDATE_METRICS = ("actor/pg_loss", "actor/grad_norm")
 
 
 class NonFiniteError(RuntimeError):
@@ -72,34 +75,43 @@ def result_problem(result: dict, label_key: str | None) -> str | None:
     return problem
 
 
-def check_prm_update(update_metrics: dict[str, float], step: int) -> None:
-    """Raise `NonFiniteError` when the PRM update's mean loss or grad norm (`PRM_UPDATE_METRICS`) is NaN or ±inf.
+def _check_update(key: str, who: str, values: dict[str, float], grad_norm: str, step: int, hint: str) -> None:
+    """Raise `NonFiniteError` when an update's mean loss or grad norm (`values`, by metric name) is NaN or ±inf.
 
     veRL's FSDP engine skips the optimizer step of a mini-batch whose grad norm is not finite
     (`FSDPEngine.optimizer_step`, workers/engine/fsdp/transformer_impl.py: zero_grad instead of step), so such
-    a mini-batch leaves the PRM's weights unchanged; the run still stops, before the actor's update.
+    a mini-batch leaves the weights unchanged; the run still stops, before anything else trains or is saved.
     """
-    bad = {
-        metric: update_metrics[key]
-        for key, metric in PRM_UPDATE_METRICS.items()
-        if key in update_metrics and not math.isfinite(float(update_metrics[key]))
-    }
+    bad = {metric: value for metric, value in values.items() if not math.isfinite(float(value))}
     if not bad:
         return
-    grad_norm = update_metrics.get("grad_norm")
-    if grad_norm is not None and not math.isfinite(float(grad_norm)):
+    if grad_norm in bad:
         weights = (
             "veRL's FSDP engine skipped the optimizer step of each mini-batch whose grad norm was not finite "
             "(FSDPEngine.optimizer_step: weights unchanged by it)"
         )
     else:
         weights = "its grad norm was finite, so its optimizer steps were taken"
-    values = ", ".join(f"{metric} = {value}" for metric, value in bad.items())
-    raise NonFiniteError(
-        f"prime.prm: step {step}: the PRM update gave {values}; {weights}. The run stops before the actor's "
-        "update. Look for NaN/inf in what the PRM trains on (its reference log-probs, the rewards' labels) "
-        "or lower prime.prm.optim.lr."
+    listed = ", ".join(f"{metric} = {value}" for metric, value in bad.items())
+    raise NonFiniteError(f"{key}: step {step}: the {who} update gave {listed}; {weights}. The run stops. {hint}")
+
+
+def check_prm_update(update_metrics: dict[str, float], step: int) -> None:
+    """The PRM update's mean loss and grad norm (`PRM_UPDATE_METRICS`) are finite, before the actor's update."""
+    values = {metric: update_metrics[key] for key, metric in PRM_UPDATE_METRICS.items() if key in update_metrics}
+    hint = (
+        "Look for NaN/inf in what the PRM trains on (its reference log-probs, the rewards' labels) or lower "
+        "prime.prm.optim.lr."
     )
+    _check_update("prime.prm", "PRM", values, "prm/grad_norm", step, hint)
+
+
+def check_actor_update(metrics: dict[str, float], step: int) -> None:
+    """The actor update's policy loss and grad norm (`ACTOR_UPDATE_METRICS`) are finite, before the step's
+    checkpoint. Its advantages were finite (`check_finite`), so a NaN here comes from the policy's log-probs."""
+    values = {metric: metrics[metric] for metric in ACTOR_UPDATE_METRICS if metric in metrics}
+    hint = "The advantages were finite: look at the actor's log-probs, or lower actor_rollout_ref.actor.optim.lr."
+    _check_update("actor_rollout_ref.actor", "actor", values, "actor/grad_norm", step, hint)
 
 
 def check_finite(key: str, quantity: str, values: Any, mask: Any, step: int, hint: str) -> None:

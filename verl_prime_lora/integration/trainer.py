@@ -74,7 +74,7 @@ from verl_prime_lora.algo.run_config import (
     reward_function_name,
 )
 from verl_prime_lora.checks.config_checks import step_batch_rows, validate_prime_config
-from verl_prime_lora.checks.finite_checks import check_finite, check_prm_update
+from verl_prime_lora.checks.finite_checks import check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -287,6 +287,12 @@ class PrimeTrainerMixin:
         if float(self.config.actor_rollout_ref.rollout.temperature) != PRM_TEMPERATURE:
             return None
         return data.batch["old_log_probs"].float()
+
+    def _update_actor(self, batch, metrics: dict):
+        """veRL's actor update, then its loss and grad norm checked finite (`finite_checks.check_actor_update`)."""
+        batch = super()._update_actor(batch, metrics)
+        check_actor_update(metrics, self.global_steps)
+        return batch
 
     def _compute_advantage(self, batch, metrics: dict):
         """veRL's advantage hook: the batch's accounting, the PRM step (process rewards), then the advantages."""
