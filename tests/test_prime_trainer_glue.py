@@ -469,7 +469,7 @@ def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
 def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
     model = OmegaConf.create({"path": tiny_model, "lora_rank": 8})
     assert model_dropout(model) == 0.0  # veRL's LoraConfig has none; nothing asked for one
-    model.lora = {"dropout": 0.05}  # applied by verl_patches.install_lora_dropout
+    model.lora = {"dropout": 0.05}  # applied by integration.patches.install_lora_dropout
     assert model_dropout(model) == 0.05
     adapter = tmp_path / "adapter"
     adapter.mkdir()

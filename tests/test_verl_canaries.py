@@ -174,7 +174,7 @@ CANARIES = [
         "trajectory keys are still `{uid}_...` and their tag still carries `response_len` (read with a "
         "default of 0: a renamed tag would silently disable drop_truncated)",
     ),
-    # -- verl_patches.py ------------------------------------------------------------------------------
+    # -- integration/patches.py ------------------------------------------------------------------------------
     Canary(
         "verl.utils.config:validate_config",
         "5422891e90e9f07d",

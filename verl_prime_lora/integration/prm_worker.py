@@ -198,7 +198,7 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
 def model_dropout(model_cfg: DictConfig) -> float:
     """The largest dropout probability in the PRM: a `*dropout*` or `*_pdrop` number of its Hugging Face
     config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`, which
-    `verl_patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
+    `integration.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
     `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
     from transformers import AutoConfig
 

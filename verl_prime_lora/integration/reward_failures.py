@@ -13,7 +13,7 @@ the batch with `is_padding` rows (trainer_base.py:1621, ppo/padding_utils.py:144
 For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate_async`) instead:
 
 * Reward-loop workers (`guarded_score`, installed on `RewardLoopWorker.compute_score` by
-  `verl_patches`): an exception while scoring one rollout, or a score or PRM label that is NaN, ±inf or
+  `integration.patches`): an exception while scoring one rollout, or a score or PRM label that is NaN, ±inf or
   not a number (`finite_checks.result_problem`), becomes a row with reward 0 and
   ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message" or the value problem
   ("non-finite score nan"), the PRM label key: 0.0, every other key this process has seen on a scored
