@@ -6,7 +6,8 @@ test against chance:
 * `validation`: the lower 99.9 % bound of the rise of greedy validation accuracy, best of steps 5 and 10
   over step 0 (n problems), must be > 0;
 * `prm_used`: Stouffer's Z of `prm/ranking_z` over steps 1..10 must exceed z_0.999 = 3.09;
-* `prm_held_out`: Stouffer's Z of `prm/ranking_z_before` over steps 2..10 must exceed z_0.95 = 1.64.
+* reported, not asserted: `prm_held_out`, Stouffer's Z of `prm/ranking_z_before` over steps 2..10 (the PRM's
+  ranking of responses it has not trained on), shown against z_0.999 to say how far it is from an assertion.
 
     python benchmarks/learning_assertions.py RUN [RUN ...]
 
@@ -61,7 +62,7 @@ def statistics_of(steps: dict[int, dict]) -> dict[str, float | None]:
     return out
 
 
-THRESHOLDS = {"validation": 0.0, "prm_used": pooled_z_threshold(1e-3), "prm_held_out": pooled_z_threshold(0.05)}
+THRESHOLDS = {"validation": 0.0, "prm_used": pooled_z_threshold(1e-3), "prm_held_out": pooled_z_threshold(1e-3)}
 
 
 def main() -> None:
