@@ -13,12 +13,14 @@ STAMP := $(VENV)/.installed-cpu
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
+# --no-compile: no byte-compiling of every file of torch, vLLM and Ray at install; Python compiles what a run
+# imports on first use.
 # setup.py holds ranges; constraints/cpu.txt the exact set tested here (see its header).
 $(STAMP): setup.py constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints/cpu.txt -e '.[cpu,test]' torch==2.13.0
+	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -c constraints/cpu.txt -e '.[cpu,test]' torch==2.13.0
 	$(PY) -m verl_prime_lora.cpu.install
 	touch $(STAMP)
 
