@@ -23,10 +23,10 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
 taken from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the
 resumed run restores the PRM exactly (every rank's weights, Adam state and scheduler of step 2) and, frozen,
-saves them back bit for bit, and the process gate's running mean with it. Runs 1, 3 and 4 (a large actor lr, the peaky tiny model) also check that each
-update's weights reach vLLM — the LoRA adapter (two colocated replicas), the merged LoRA weights (standalone
-replica over `cpu_zmq`), the full weights (colocated) — and that their checkpoints load into a plain HF
-(+PEFT) model.
+saves them back bit for bit, and the process gate's running mean with it. Runs 1, 3 and 4 (a large actor lr,
+the peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated
+replicas), the merged LoRA weights (standalone replica over `cpu_zmq`), the full weights (colocated) — and
+that their checkpoints load into a plain HF (+PEFT) model.
 """
 
 import contextlib
