@@ -13,10 +13,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
    override); with a LoRA PRM (reference = adapter disabled), update `after`, its pre-update log-probs
    checked like `first`'s from step 2 (step 1 of a process makes a LoRA PRM's forward of its own).
-4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy; its reward
-   function fails on a schedule (half_failing_reward.py: half of steps 1 and 2, raised or NaN, then all of
-   step 3), so it also shows failed rewards counted, left out of the PRM and trained on finite values within
-   `prime.max_failed_rollout_ratio`, the stop above it, and the reward's error logged once per worker.
+4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
 5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
 
@@ -65,14 +62,7 @@ UPDATE_METRICS = ("prm/grad_norm", "prm/lr", "prm/update_loss", "timing_s/prm_up
 
 
 def _run(
-    workdir: Path,
-    assets: dict,
-    name: str,
-    *overrides: str,
-    recipe: str = "prime_lora_colocated",
-    env=None,
-    reward: Path = TEST_REWARD,
-    must_succeed: bool = True,
+    workdir: Path, assets: dict, name: str, *overrides: str, recipe: str = "prime_lora_colocated", env=None
 ) -> dict:
     from verl_prime_lora.cpu.launch import run_main_ppo
 
@@ -86,7 +76,7 @@ def _run(
         "actor_rollout_ref.model.target_modules=all-linear",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "prime.prm.optim.lr=1e-4",
-        f"reward.custom_reward_function.path={reward}",
+        f"reward.custom_reward_function.path={TEST_REWARD}",
         f"data.train_files={assets['train']}",
         f"data.val_files={assets['test']}",
         f"actor_rollout_ref.model.path={assets['model']}",
@@ -102,12 +92,10 @@ def _run(
     # No lock taken here: on a shared machine wrap the whole pytest run in `flock` (a lock taken
     # here as well would deadlock against it).
     rc = run_main_ppo(args, log, timeout_s=1200, env={"VERL_FILE_LOGGER_PATH": str(metrics_path), **(env or {})})
-    if must_succeed:
-        assert rc == 0, f"main_ppo exited {rc}; tail of {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
-    lines = metrics_path.read_text().splitlines() if metrics_path.exists() else []
-    steps = [json.loads(line) for line in lines if line.strip()]
+    assert rc == 0, f"main_ppo exited {rc}; tail of {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
+    steps = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [s.get("data", s) for s in steps]
-    return {"steps": [s for s in steps if "timing_s/step" in s], "ckpt": ckpt, "log": log, "rc": rc}
+    return {"steps": [s for s in steps if "timing_s/step" in s], "ckpt": ckpt, "log": log}
 
 
 def _assert_prm_metrics(steps: list[dict], n_steps: int) -> None:
@@ -410,43 +398,18 @@ def test_prm_update_on_two_ranks_equals_the_update_on_one(prm_on_one_rank, prm_o
     assert (g1 - g2).norm() <= 1e-4 * g1.norm(), ((g1 - g2).norm() / g1.norm()).item()
 
 
-# Reward failures ride on the full-parameter run: half_failing_reward.py fails half of steps 1 and 2 (of each
-# step's 8 rollouts, two raise and two return a NaN score) and every rollout after them.
-FAILING_REWARD = Path(__file__).with_name("half_failing_reward.py")
-FAILURE_ERROR = "half_failing_reward: cannot score"
-MAX_FAILED_RATIO = 0.6
-ROLLOUTS_PER_STEP = 8  # cpu.yaml's train_batch_size 4 x rollout.n 2
-REWARD_WORKERS = 1  # recipe/cpu.yaml: reward.num_workers
-FINITE_KEYS = (
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "critic/advantages/mean",
-    "critic/score/mean",
-    "prm/ce_loss",
-    "prm/classification_acc",
-    "prm/dpo_acc",
-    "prm/update_loss",
-    "prm/grad_norm",
-    "prm/process_reward/token_mean",
-)
-
-
 @pytest.fixture(scope="module")
 def frozen_reference(workdir, tiny_assets):
     """A full-parameter actor: nothing to borrow the reference from, so the PRM gets a frozen,
     forward-only copy of its initial weights (veRL's forward-only FSDP2 engine). Every step ships all
-    weights into the live vLLM engine. Its reward function fails on a schedule: with
-    `prime.max_failed_rollout_ratio=0.6` steps 1 and 2 (ratio 0.5) train and step 3 (every rollout failed)
-    stops the run."""
+    weights into the live vLLM engine."""
     return _run(
         workdir,
         tiny_assets,
         "frozen_reference",
         "actor_rollout_ref.model.lora_rank=0",
         FULL_SYNC_LR,
-        f"prime.max_failed_rollout_ratio={MAX_FAILED_RATIO}",
-        reward=FAILING_REWARD,
-        must_succeed=False,
+        "trainer.total_training_steps=2",
     )
 
 
@@ -463,34 +426,6 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
     for step in steps:
         assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
-
-
-def test_steps_within_the_failure_ratio_train_every_rollout_and_count_the_failed_ones(frozen_reference):
-    """A failed reward (raised, or NaN) leaves a row with reward 0 and no PRM label, counted; veRL alone trains
-    on a NaN reward (NaN pg_loss, grad_norm, advantages and prm/update_loss, with reward/failed_total 0)."""
-    for step in frozen_reference["steps"]:
-        assert step["reward/failed_total"] == ROLLOUTS_PER_STEP // 2
-        assert step["reward/failed_ratio"] == step["prime/failed_rollout_ratio"] == 0.5
-        assert step["prime/dropped_rollouts_total"] == 0
-        assert step["prime/group_size_min"] == 2
-        for key in FINITE_KEYS:
-            assert math.isfinite(step[key]), (key, step[key])
-
-
-def test_a_step_above_the_failure_ratio_stops_the_run_with_the_reward_error(frozen_reference):
-    log = frozen_reference["log"].read_text(errors="replace")
-    assert frozen_reference["rc"] != 0, log[-4000:]
-    assert "prime.max_failed_rollout_ratio: step 3 lost" in log, log[-4000:]
-    assert f"first error: ValueError: {FAILURE_ERROR}" in log
-    assert "Error in _run_prompt" not in log  # veRL's traceback per failed rollout
-
-
-def test_the_reward_error_is_logged_once_per_worker(frozen_reference):
-    # the first failure of each reward-loop worker: its log line, and in its traceback the `raise` line and
-    # the exception's line; before the guard, veRL logged a traceback for every failed rollout
-    log = frozen_reference["log"].read_text(errors="replace")
-    quoted = sum(FAILURE_ERROR in line and "max_failed_rollout_ratio: step" not in line for line in log.splitlines())
-    assert 1 <= quoted <= 3 * REWARD_WORKERS, quoted
 
 
 # The runs on the two-node cluster come last: the cluster fixture lives until the module ends, and a
