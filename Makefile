@@ -13,8 +13,10 @@ STAMP := $(VENV)/.installed-cpu
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
-# --no-compile: no byte-compiling of every file of torch, vLLM and Ray at install; Python compiles what a run
-# imports on first use.
+# Byte-code: pip's own compile step is serial (--no-compile skips it); compileall then compiles the venv on
+# every core. The .pyc files are needed: where PYTHONDONTWRITEBYTECODE is set (as in CI) Python never writes
+# them, and every process of a run (driver, Ray workers, vLLM engines) would recompile torch, vLLM and veRL
+# from source on import, about twice the import time. One torch test file uses Python 3.12 syntax: excluded.
 # setup.py holds ranges; constraints/cpu.txt the exact set tested here (see its header).
 $(STAMP): setup.py constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +24,7 @@ $(STAMP): setup.py constraints/cpu.txt
 	$(PY) -m pip install -q --no-compile torch==2.13.0
 	$(PY) -m pip install -q --no-compile -c constraints/cpu.txt -e '.[cpu,test]' torch==2.13.0
 	$(PY) -m verl_prime_lora.cpu.install
+	$(PY) -m compileall -q -j 0 -x py312_intrinsics $(VENV)/lib
 	touch $(STAMP)
 
 # Re-freeze the exact CPU set from .venv as it is now (after installing a changed set into it), less what

@@ -7,37 +7,20 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from verl_prime_lora.tools import checkpoints
 
 LORA_RANK, LORA_ALPHA = 8, 16  # the e2e runs' actor adapter (target_modules=all-linear)
-
-
-def _full(tensors: list):
-    """One parameter from every rank's shard: FSDP2 shards dim 0 in rank order (DTensor, Shard(0))."""
-    first = tensors[0]
-    if not hasattr(first, "to_local"):
-        return first
-    if len(tensors) == 1:
-        return first.full_tensor()
-    assert all(p.is_shard(0) for p in first.placements), first.placements
-    return torch.cat([t.to_local() for t in tensors], dim=0)
 
 
 def load_actor(step_dir: Path, lora: bool, world_size: int = 1):
     """The actor of a checkpoint written by `world_size` ranks as an HF model (PEFT-wrapped for LoRA), loaded
     strictly."""
     actor_dir = step_dir / "actor"
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(actor_dir / "huggingface"))
-    if lora:
-        model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, target_modules="all-linear"))
-    shards = [
-        torch.load(actor_dir / f"model_world_size_{world_size}_rank_{rank}.pt", map_location="cpu", weights_only=False)
-        for rank in range(world_size)
-    ]
-    state = {name: _full([shard[name] for shard in shards]) for name in shards[0]}
-    model.load_state_dict(state, strict=True)
-    return model.float().eval()
+    assert checkpoints.world_size(actor_dir) == world_size
+    adapter = {"r": LORA_RANK, "lora_alpha": LORA_ALPHA, "target_modules": "all-linear"} if lora else None
+    return checkpoints.load_model(actor_dir, lora=adapter).float()
 
 
 def policy_shift(assets: dict[str, Path], model) -> float:

@@ -1,0 +1,318 @@
+"""Where does the implicit PRM put credit? Step-level localisation on chain arithmetic, from a demo run's checkpoints.
+
+    python -m verl_prime_lora.demo --out demo_out -- trainer.save_freq=5      # a demo run that keeps checkpoints
+    python benchmarks/prm_credit.py demo_out [--out benchmarks/results/prm_credit]
+
+A fixed set of responses (the warm start's samples at temperature 1 on the RL test problems, `--samples`
+each) is scored by the PRM of every saved step, and by the PRM at step 0 (equal to its reference). Token
+rewards are PRIME's `r_t = β·(log π_φ − log π_ref)` with the run's β and reference (`prime.prm.reference`:
+`policy` = the actor of the same checkpoint, `init` = the warm start), both at temperature 1, in fp32.
+For the responses that write their steps and have a wrong one (`verl_prime_lora.demo.step_credit`):
+
+* localisation: how often the step with the lowest reward is the first wrong step, against chance (1/#steps);
+* AUC: first wrong step vs the right steps before it, within a response;
+* the same two for a control score, the reference policy's own log-likelihood of each step (`log π_ref`):
+  does the PRM know more than "unlikely tokens are wrong"?
+* sequence AUC: right vs wrong whole responses by total reward, for the stepwise responses and for those
+  that skip the steps (where no step can be localised).
+
+95 % intervals are bootstrap intervals over responses. Writes `prm_credit.json` and `prm_credit.png`
+(the metrics vs step, and a handful of responses with every token coloured by its reward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from verl_prime_lora.demo import step_credit
+from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text
+from verl_prime_lora.tools import checkpoints, export_adapter
+
+BATCH = 128
+
+
+def run_settings(run: Path) -> dict:
+    """β, the PRM's reference and the response length of the run (its Hydra config)."""
+    config = OmegaConf.load(run / "run" / "hydra" / ".hydra" / "config.yaml")
+    return {
+        "beta": float(config.prime.prm.beta),
+        "reference": str(config.prime.prm.reference),
+        "max_response_length": int(config.data.max_response_length),
+    }
+
+
+def sample_responses(model, tokenizer, chains: list[Chain], samples: int, max_new_tokens: int, seed: int) -> list:
+    """`samples` responses per chain at temperature 1: (chain, prompt ids, response ids) each."""
+    torch.manual_seed(seed)
+    out = []
+    for low in range(0, len(chains), BATCH // samples or 1):
+        batch_chains = chains[low : low + (BATCH // samples or 1)]
+        prompts = [prompt_text(tokenizer, chain) for chain in batch_chains]
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        with torch.no_grad():
+            generated = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                num_return_sequences=samples,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        width = batch["input_ids"].shape[1]
+        for row, sequence in enumerate(generated):
+            prompt = batch["input_ids"][row // samples][batch["attention_mask"][row // samples].bool()].tolist()
+            response = sequence[width:].tolist()
+            if tokenizer.eos_token_id in response:
+                response = response[: response.index(tokenizer.eos_token_id) + 1]
+            response = [t for t in response if t != tokenizer.pad_token_id or t == tokenizer.eos_token_id]
+            out.append((batch_chains[row // samples], prompt, response))
+    return out
+
+
+def token_log_probs(model, rows: list) -> list[list[float]]:
+    """log π(y_t | prompt, y_<t) of every response token, at temperature 1, in fp32."""
+    result = []
+    for low in range(0, len(rows), BATCH):
+        chunk = rows[low : low + BATCH]
+        sequences = [prompt + response for _, prompt, response in chunk]
+        width = max(map(len, sequences))
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for i, sequence in enumerate(sequences):  # right padding: positions are the unpadded ones
+            ids[i, : len(sequence)] = torch.tensor(sequence)
+            mask[i, : len(sequence)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        log_probs = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+        for i, (_, prompt, response) in enumerate(chunk):
+            result.append(log_probs[i, len(prompt) - 1 : len(prompt) - 1 + len(response)].tolist())
+    return result
+
+
+def token_starts(tokenizer, response: list[int]) -> tuple[str, list[int]]:
+    """The response text (special tokens dropped) and the character where each token starts."""
+    starts = [len(tokenizer.decode(response[:i], skip_special_tokens=True)) for i in range(len(response))]
+    return tokenizer.decode(response, skip_special_tokens=True), starts
+
+
+def score(responses, rewards: list[list[float]]) -> dict:
+    """Localisation, AUC and the right-vs-wrong AUC of whole responses for one set of token scores."""
+    wrong = [(i, lab) for i, lab in enumerate(responses.labels) if lab.kind == "wrong"]
+    per_step = [step_credit.step_rewards(responses.starts[i], rewards[i], lab.spans) for i, lab in wrong]
+    found = step_credit.localisation(per_step, [lab.first_wrong for _, lab in wrong])
+    totals = [sum(r) for r in rewards]
+    for group, kinds in (("stepwise", ("right", "wrong")), ("shortcut", ("shortcut",))):
+        members = [i for i, lab in enumerate(responses.labels) if lab.kind in kinds]
+        right = [totals[i] for i in members if responses.correct[i]]
+        bad = [totals[i] for i in members if not responses.correct[i]]
+        found[f"sequence_auc_{group}"] = step_credit.sequence_auc(right, bad)
+    return found
+
+
+@dataclass
+class Responses:
+    """Sampled responses with what the credit measurement needs of them."""
+
+    rows: list  # (chain, prompt ids, response ids)
+    texts: list[str]
+    starts: list[list[int]]
+    labels: list[step_credit.StepLabels]
+    correct: list[bool]
+
+    @classmethod
+    def sample(cls, model, tokenizer, chains, samples: int, max_new_tokens: int, seed: int) -> Responses:
+        rows = sample_responses(model, tokenizer, chains, samples, max_new_tokens, seed)
+        texts, starts = zip(*(token_starts(tokenizer, response) for _, _, response in rows))
+        labels = [step_credit.label_steps(chain, text) for (chain, _, _), text in zip(rows, texts)]
+        correct = [value == 1.0 for value in accuracy(list(texts), [chain.answer for chain, _, _ in rows])]
+        return cls(rows, list(texts), list(starts), labels, correct)
+
+    def kinds(self) -> dict[str, int]:
+        return {kind: sum(lab.kind == kind for lab in self.labels) for kind in step_credit.KINDS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a demo run's --out folder (assets/, run/checkpoints/)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/prm_credit"))
+    parser.add_argument(
+        "--responses",
+        choices=("policy", "warm_start"),
+        default="policy",
+        help="whose samples are scored: each checkpoint's own policy (what its PRM is trained on), or one fixed "
+        "set from the warm start for every checkpoint",
+    )
+    parser.add_argument("--samples", type=int, default=8, help="responses per test problem")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    run, out = args.run.resolve(), args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    settings = run_settings(run)
+    base_dir = run / "assets" / "model"
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    test = pd.read_parquet(run / "assets" / "data" / "test.parquet")
+    chains = [Chain.from_question(info["question"]) for info in test["extra_info"]]
+
+    def sample(policy) -> Responses:
+        return Responses.sample(policy, tokenizer, chains, args.samples, settings["max_response_length"], args.seed)
+
+    fixed = sample(base) if args.responses == "warm_start" else None
+    checkpoint_dir = run / "run" / "checkpoints"
+    steps = sorted(int(folder.name.removeprefix("global_step_")) for folder in checkpoint_dir.glob("global_step_*"))
+    results, last = [], None
+    for step in [0, *steps]:
+        step_dir = checkpoint_dir / f"global_step_{step}"
+        policy = base if step == 0 else merged_actor(step_dir, base_dir, out / "scratch")
+        prm = base if step == 0 else checkpoints.load_model(step_dir / "prm")
+        reference = policy if settings["reference"] == "policy" else base
+        responses = fixed or sample(policy)
+        ref_log_probs = token_log_probs(reference, responses.rows)
+        rewards = [
+            [settings["beta"] * (p - q) for p, q in zip(prm_lp, ref_lp, strict=True)]
+            for prm_lp, ref_lp in zip(token_log_probs(prm, responses.rows), ref_log_probs, strict=True)
+        ]
+        result = {
+            "step": step,
+            "responses": responses.kinds(),
+            "prm": score(responses, rewards),
+            "likelihood": score(responses, ref_log_probs),
+        }
+        results.append(result)
+        last = (step, responses, rewards)
+        found, like = result["prm"], result["likelihood"]
+        print(
+            f"step {step:>3}: {result['responses']}\n  localisation {found['localisation']:.3f} "
+            f"{_interval(found['localisation_ci'])} (chance {found['chance']:.3f}; likelihood "
+            f"{like['localisation']:.3f}), AUC {found['auc']:.3f} {_interval(found['auc_ci'])} (likelihood "
+            f"{like['auc']:.3f}); right-vs-wrong AUC of whole responses: stepwise "
+            f"{_number(found['sequence_auc_stepwise'])}, shortcut {_number(found['sequence_auc_shortcut'])}",
+            flush=True,
+        )
+
+    summary = {
+        "command": "python benchmarks/prm_credit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "run": str(run),
+        "settings": {**settings, "responses": args.responses, "samples": args.samples, "seed": args.seed},
+        "results": results,
+    }
+    (out / "prm_credit.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(results, *last, out / "prm_credit.png")
+    print(f"json: {out / 'prm_credit.json'}\nplot: {out / 'prm_credit.png'}")
+    return 0
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "[-]" if bounds is None else f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
+
+
+def merged_actor(step_dir: Path, base_dir: Path, scratch: Path):
+    """The LoRA actor of a checkpoint, merged into the exact fp32 base (`tools.export_adapter`)."""
+    target = scratch / step_dir.name
+    export_adapter.export(step_dir, target, merged=True, base_model=str(base_dir), dtype="float32")
+    return AutoModelForCausalLM.from_pretrained(target / "merged", dtype=torch.float32).eval()
+
+
+def plot(results: list[dict], step: int, responses: Responses, rewards: list[list[float]], path: Path) -> None:
+    """Localisation and AUC vs step (95 % intervals; chance; the likelihood control), and a few of the last
+    step's responses, right and wrong, each token on a colour scale of its reward."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import colors
+    from matplotlib.patches import Rectangle
+
+    labels, texts, starts = responses.labels, responses.texts, responses.starts
+    rng = random.Random(0)
+    wrong = [i for i, lab in enumerate(labels) if lab.kind == "wrong" and len(lab.spans) >= 2]
+    right = [i for i, lab in enumerate(labels) if lab.kind == "right"]
+    picked = rng.sample(wrong, min(4, len(wrong))) + rng.sample(right, min(3, len(right)))
+
+    fig = plt.figure(figsize=(12, 3.2 + 0.55 * len(picked)))
+    grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.55 * max(len(picked), 1)])
+    steps = [r["step"] for r in results]
+    for col, (key, chance_key, title) in enumerate(
+        (
+            ("localisation", "chance", "lowest-reward step = first wrong step"),
+            ("auc", None, "AUC: first wrong < right step"),
+        )
+    ):
+        ax = fig.add_subplot(grid[0, col])
+        for source, style in (("prm", "-o"), ("likelihood", "--s")):
+            values = [r[source][key] for r in results]
+            ci = [r[source][f"{key}_ci"] for r in results]
+            ax.plot(steps, values, style, label="PRM log-ratio" if source == "prm" else "log π_ref (control)")
+            ax.fill_between(steps, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2)
+        chance = [r["prm"][chance_key] for r in results] if chance_key else [0.5] * len(steps)
+        ax.plot(steps, chance, ":", color="gray", label="chance")
+        ax.set_xlabel("RL step of the PRM checkpoint")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+
+    ax = fig.add_subplot(grid[1, :])
+    ax.set_axis_off()
+    ax.set_title(
+        f"token rewards r_t at step {step} (red: negative, blue: positive; underlined: first wrong step)", fontsize=10
+    )
+    fig.tight_layout()
+    # one monospace character's width in axes coordinates, measured on the laid-out figure
+    probe = ax.text(0, 0, "x" * 400, fontsize=9, family="monospace", transform=ax.transAxes)
+    renderer = fig.canvas.get_renderer()
+    char_w = probe.get_window_extent(renderer).width / 400 / ax.get_window_extent(renderer).width
+    probe.remove()
+    limit = max((abs(v) for i in picked for v in rewards[i]), default=1.0) or 1.0
+    norm, cmap = colors.TwoSlopeNorm(0.0, -limit, limit), plt.get_cmap("RdBu")
+    line_h, x0 = 1.0 / max(len(picked), 1), 0.16
+    for line, i in enumerate(picked):
+        y = 1 - (line + 0.6) * line_h
+        lab = labels[i]
+        tag = f"wrong (step {lab.first_wrong + 1})" if lab.kind == "wrong" else "right"
+        ax.text(0.0, y, tag, fontsize=8, family="monospace", transform=ax.transAxes, va="center")
+        text, token_from = texts[i], starts[i]
+        for t, start in enumerate(token_from):
+            end = token_from[t + 1] if t + 1 < len(token_from) else len(text)
+            if end > start:
+                box = Rectangle(
+                    (x0 + start * char_w, y - 0.3 * line_h),
+                    (end - start) * char_w,
+                    0.6 * line_h,
+                    facecolor=cmap(norm(rewards[i][t])),
+                    edgecolor="white",
+                    linewidth=0.5,
+                    transform=ax.transAxes,
+                )
+                ax.add_patch(box)
+        ax.text(x0, y, text, fontsize=9, family="monospace", transform=ax.transAxes, va="center")
+        if lab.kind == "wrong":
+            low, high = lab.spans[lab.first_wrong]
+            ax.plot(
+                [x0 + low * char_w, x0 + high * char_w],
+                [y - 0.36 * line_h] * 2,
+                color="black",
+                linewidth=1.5,
+                transform=ax.transAxes,
+            )
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.02, pad=0.01, label="r_t")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
