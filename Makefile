@@ -51,12 +51,15 @@ demo: $(STAMP)
 smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
+# The unit tier on both cores (pytest-xdist; no unit test starts Ray or binds a fixed port), then the e2e runs of
+# main_ppo one at a time (each uses every core; the two-node cluster must be the only Ray on the machine).
 test: lint
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q -m "not e2e" -n 2 --durations=30
+	$(PY) -m pytest -q -m e2e --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 unit: $(STAMP)
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q -m "not e2e" -n 2 --durations=30

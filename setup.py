@@ -18,7 +18,8 @@ Extras
   veRL asks for (see verl_prime_lora/cpu/install.py).
 - ``gpu``:  vLLM exactly as veRL 0.9.1's ``vllm`` extra pins it (it brings its own CUDA torch), and cupy
   for the split placement's NCCL weight sync. ``make check-gpu-extra`` checks that it resolves.
-- ``test``: pytest + hypothesis, and ruff (lint and format check, veRL's settings in ruff.toml).
+- ``test``: pytest (with pytest-xdist: the unit tier runs on every core) + hypothesis, and ruff (lint and format
+  check, veRL's settings in ruff.toml).
 """
 
 from setuptools import find_packages, setup
@@ -75,7 +76,7 @@ setup(
         # As veRL 0.9.1's `vllm` extra (torch 2.11 comes with vLLM), plus cupy for the `nccl` weight sync
         # of the split placement (veRL's `cupy-cu130` extra). Not exercised here (no GPU machine).
         "gpu": ["vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
-        "test": ["pytest==9.2.0", "hypothesis==6.170.17", "ruff==0.12.2"],
+        "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "ruff==0.12.2"],
     },
     entry_points={
         # veRL imports every `verl.plugins` entry point in every process that imports verl

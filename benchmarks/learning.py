@@ -12,7 +12,12 @@ estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimat
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);
 * `prime_rloo`        PRIME as in the paper (RLOO).
 
-    python benchmarks/learning.py [--steps 15] [--seeds 0] [--estimators ...] [--out benchmarks/out/learning]
+    python benchmarks/learning.py [--steps 15] [--seeds 0] [--estimators ...] [--layouts colocated split ...]
+                                  [--out benchmarks/out/learning]
+
+`--layouts` runs each PRIME estimator in each placement (`learning_run.LAYOUTS`): `colocated` (the demo's,
+the default), `split` (the seed's `+recipe=prime_lora`: vLLM on a second fake GPU, one step off-policy) and
+`split_on_policy` (the same, each step's rollouts from the newest weights); `grpo` runs colocated only.
 
 By default the four runs the paper's comparison needs (`grpo`, `prime_grpo`, `prime_grpo_token`,
 `prime_rloo`), 15 steps, seed 0: about 28 minutes on 2 cores (33 at 20 steps, measured).
@@ -31,7 +36,8 @@ import sys
 from pathlib import Path
 
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, plot_runs, run_learning, summarize
+from verl_prime_lora.demo.evidence import mean_ci95
+from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, LAYOUTS, plot_runs, run_learning, summarize
 
 DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
 
@@ -43,35 +49,53 @@ def main() -> int:
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=DEFAULT_ESTIMATORS)
-    parser.add_argument("--recipes", default=",".join(DEMO_RECIPES), help="the +recipe=[...] list of every run")
+    parser.add_argument(
+        "--recipes", default=",".join(DEMO_RECIPES), help="the +recipe=[...] list of the colocated runs"
+    )
+    parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["colocated"])
     parser.add_argument("--gain", type=float, default=0.10, help="target = start accuracy + gain")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
     args = parser.parse_args()
     out = args.out.resolve()
 
     assets = chain_task.write_warm_assets(out / "assets", seed=0)
-    runs, summaries = [], []
+    runs, summaries, by_label = [], [], {}
     for seed in args.seeds:
         for name in args.estimators:
-            print(f"== {name}, seed {seed}", flush=True)
-            run = run_learning(
-                name,
-                assets,
-                out / f"{name}_seed{seed}",
-                args.steps,
-                args.test_freq,
-                overrides=args.overrides,
-                seed=seed,
-                recipes=tuple(args.recipes.split(",")),
-            )
-            run.name = f"{name} (seed {seed})" if len(args.seeds) > 1 else name
-            val = run.val_accuracy()
-            summary = summarize(run, target=val[0][1] + args.gain if val else None)
-            runs.append(run)
-            summaries.append({**summary, "estimator": name, "seed": seed})
-            if run.returncode != 0:
-                print(f"{name} seed {seed}: main_ppo exited {run.returncode}\n{run.tail()}", file=sys.stderr)
+            for layout in args.layouts:
+                if layout != "colocated" and not name.startswith("prime"):
+                    continue  # veRL's sync GRPO trainer has no split placement in this setting
+                recipes, placement = LAYOUTS[layout]
+                if layout == "colocated":
+                    recipes = tuple(args.recipes.split(","))
+                label = name if layout == "colocated" else f"{name}_{layout}"
+                print(f"== {label}, seed {seed}", flush=True)
+                run = run_learning(
+                    name,
+                    assets,
+                    out / f"{label}_seed{seed}",
+                    args.steps,
+                    args.test_freq,
+                    overrides=[*placement, *args.overrides],
+                    seed=seed,
+                    recipes=recipes,
+                )
+                run.name = f"{label} (seed {seed})" if len(args.seeds) > 1 else label
+                val = run.val_accuracy()
+                summary = summarize(run, target=val[0][1] + args.gain if val else None)
+                runs.append(run)
+                by_label.setdefault(label, []).append(run)
+                summaries.append({**summary, "estimator": label, "seed": seed})
+                if run.returncode != 0:
+                    print(f"{label} seed {seed}: main_ppo exited {run.returncode}\n{run.tail()}", file=sys.stderr)
+                report(args, out, runs, summaries, by_label, final=False)  # an interrupted study keeps its runs
 
+    report(args, out, runs, summaries, by_label, final=True)
+    return 0 if all(s["returncode"] == 0 for s in summaries) else 1
+
+
+def report(args, out: Path, runs: list, summaries: list[dict], by_label: dict, final: bool) -> None:
+    """Write learning.json and the plots of the runs so far; print the tables when `final`."""
     for summary in summaries:
         baseline = next((s for s in summaries if s["seed"] == summary["seed"] and s["estimator"] == "grpo"), None)
         summary["step_time_vs_grpo"] = (
@@ -79,12 +103,15 @@ def main() -> int:
             if baseline and baseline["median_step_s"] and summary["median_step_s"]
             else None
         )
-    print(table(summaries, args.gain))
+    seeds = across_seeds(by_label)
+    several = len({summary["seed"] for summary in summaries}) > 1
     (out / "learning.json").write_text(
         json.dumps(
             {
                 "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
+                "complete": final,
                 "summaries": summaries,
+                "across_seeds": seeds,
                 "runs": [{"name": r.name, "steps": r.steps, "wall": r.wall} for r in runs],
             },
             indent=1,
@@ -92,8 +119,117 @@ def main() -> int:
         + "\n"
     )
     plot = plot_runs(runs, out / "learning.png", f"chain arithmetic on CPU, {args.steps} steps")
-    print(f"json: {out / 'learning.json'}\nplot: {plot}")
-    return 0 if all(s["returncode"] == 0 for s in summaries) else 1
+    if several:
+        plot_seeds(seeds, out / "learning_seeds.png", len({summary["seed"] for summary in summaries}))
+    if final:
+        print(table(summaries, args.gain))
+        if several:
+            print(seeds_table(seeds))
+        print(f"json: {out / 'learning.json'}\nplot: {plot}" + (f", {out / 'learning_seeds.png'}" if several else ""))
+
+
+def across_seeds(by_label: dict[str, list]) -> dict:
+    """Per run label: validation accuracy at each validated step, and at equal wall time, as the mean over
+    seeds with its 95 % interval (`evidence.mean_ci95`). The clock: the median over the `grpo` runs (else the
+    first label's) of the seconds since launch at which each validation was logged; a run's accuracy at a
+    time is that of its last validation logged by then."""
+    reference = by_label.get("grpo") or next(iter(by_label.values()), [])
+    validated = sorted({step for run in reference for step, _ in run.val_accuracy()})
+    clock = {
+        step: statistics.median(run.wall[step] for run in reference if step in run.wall)
+        for step in validated
+        if any(step in run.wall for run in reference)
+    }
+    result = {"clock_s": clock, "labels": {}}
+    for label, runs in by_label.items():
+        curves = [dict(run.val_accuracy()) for run in runs]
+        if not all(curves):
+            continue  # a run that never validated (it failed): its table says so
+        at_step = {
+            step: mean_ci95([curve[step] for curve in curves])
+            for step in sorted(set.intersection(*(set(curve) for curve in curves)))
+        }
+        at_time = {}
+        for step, seconds in clock.items():
+            values = []
+            for run, curve in zip(runs, curves):
+                logged = [s for s in curve if run.wall.get(s, 0.0) <= seconds]
+                values.append(curve[max(logged)] if logged else curve[min(curve)])
+            at_time[step] = mean_ci95(values)
+        entry = {"seeds": len(runs), "at_step": at_step, "at_time": at_time}
+        if label != "grpo" and "grpo" in by_label and len(by_label["grpo"]) == len(runs):
+            # paired by seed (same data order, same initial adapter): the difference's interval is the tighter one
+            baseline = [dict(run.val_accuracy()) for run in by_label["grpo"]]
+            entry["minus_grpo_at_step"] = {
+                step: mean_ci95([curve[step] - base[step] for curve, base in zip(curves, baseline)])
+                for step in at_step
+                if all(step in base for base in baseline)
+            }
+        result["labels"][label] = entry
+    return result
+
+
+def seeds_table(seeds: dict) -> str:
+    """Mean validation accuracy [95 % interval] at each validated step, and at the same wall time."""
+    lines = []
+    kinds = (
+        ("at_step", "at equal steps"),
+        ("at_time", "at equal wall time (grpo's clock)"),
+        ("minus_grpo_at_step", "minus grpo's of the same seed, at equal steps"),
+    )
+    for kind, title in kinds:
+        steps = sorted({step for entry in seeds["labels"].values() for step in entry.get(kind, {})})
+        if not steps:
+            continue
+        heads = [f"{seeds['clock_s'][s]:.0f} s" if kind == "at_time" else f"step {s}" for s in steps]
+        lines.append(f"validation accuracy {title}, mean [95 % CI] over seeds")
+        lines.append(f"{'run':<28}" + "".join(f"{head:>22}" for head in heads))
+        for label, entry in seeds["labels"].items():
+            if kind not in entry:
+                continue
+            cells = [entry[kind].get(s) for s in steps]
+            lines.append(
+                f"{label + ' (' + str(entry['seeds']) + ')':<28}"
+                + "".join(
+                    "-".rjust(22)
+                    if c is None
+                    else f"{c[0]:+.3f} [{c[1]:+.3f}, {c[2]:+.3f}]".rjust(22)
+                    if kind.startswith("minus")
+                    else f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]".rjust(22)
+                    for c in cells
+                )
+            )
+    return "\n".join(lines)
+
+
+def plot_seeds(seeds: dict, path: Path, n_seeds: int) -> Path:
+    """Mean validation accuracy with its 95 % band, vs step and vs wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label, entry in seeds["labels"].items():
+        for ax, kind in zip(axes, ("at_step", "at_time")):
+            points = sorted(entry[kind].items())
+            if not points:
+                continue
+            x = [step if kind == "at_step" else seeds["clock_s"][step] for step, _ in points]
+            mean, low, high = zip(*(value for _, value in points))
+            ax.plot(x, mean, marker="o", label=label)
+            ax.fill_between(x, low, high, alpha=0.15)
+    axes[0].set_xlabel("step")
+    axes[1].set_xlabel("seconds since launch (grpo's median clock)")
+    for ax in axes:
+        ax.set_ylabel("validation accuracy (greedy)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"chain arithmetic on CPU: mean and 95 % CI over {n_seeds} seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def table(summaries: list[dict], gain: float) -> str:

@@ -3,13 +3,16 @@
     python -m verl_prime_lora.demo --out demo_out -- trainer.save_freq=5      # a demo run that keeps checkpoints
     python benchmarks/prm_credit.py demo_out [--out benchmarks/results/prm_credit]
 
-A fixed set of responses (the warm start's samples at temperature 1 on the RL test problems, `--samples`
-each) is scored by the PRM of every saved step, and by the PRM at step 0 (equal to its reference). Token
-rewards are PRIME's `r_t = β·(log π_φ − log π_ref)` with the run's β and reference (`prime.prm.reference`:
-`policy` = the actor of the same checkpoint, `init` = the warm start), both at temperature 1, in fp32.
+For every saved step, and for step 0 (the PRM equal to its reference), responses to the RL test problems
+(`--samples` each, temperature 1) are scored by that step's PRM: by default each checkpoint's own policy samples
+them, as the PRM's training data are sampled (`--responses warm_start`: one fixed set from the warm start for
+every checkpoint). Token rewards are PRIME's `r_t = β·(log π_φ − log π_ref)` with the run's β and reference
+(`prime.prm.reference`: `policy` = the actor of the same checkpoint, LoRA merged into the fp32 base; `init` =
+the warm start), both at temperature 1, in fp32.
 For the responses that write their steps and have a wrong one (`verl_prime_lora.demo.step_credit`):
 
-* localisation: how often the step with the lowest reward is the first wrong step, against chance (1/#steps);
+* localisation: how often the step with the lowest reward is the first wrong step, against chance (1/#steps)
+  and against a PRM that always blamed the first (or the last) step;
 * AUC: first wrong step vs the right steps before it, within a response;
 * the same two for a control score, the reference policy's own log-likelihood of each step (`log π_ref`):
   does the PRM know more than "unlikely tokens are wrong"?
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 from dataclasses import dataclass
@@ -175,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     results, last = [], None
     for step in [0, *steps]:
         step_dir = checkpoint_dir / f"global_step_{step}"
-        policy = base if step == 0 else merged_actor(step_dir, base_dir, out / "scratch")
+        needs_policy = step > 0 and (args.responses == "policy" or settings["reference"] == "policy")
+        policy = merged_actor(step_dir, base_dir, out / "scratch") if needs_policy else base
         prm = base if step == 0 else checkpoints.load_model(step_dir / "prm")
         reference = policy if settings["reference"] == "policy" else base
         responses = fixed or sample(policy)
@@ -194,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         last = (step, responses, rewards)
         found, like = result["prm"], result["likelihood"]
         print(
-            f"step {step:>3}: {result['responses']}\n  localisation {found['localisation']:.3f} "
-            f"{_interval(found['localisation_ci'])} (chance {found['chance']:.3f}; likelihood "
-            f"{like['localisation']:.3f}), AUC {found['auc']:.3f} {_interval(found['auc_ci'])} (likelihood "
-            f"{like['auc']:.3f}); right-vs-wrong AUC of whole responses: stepwise "
+            f"step {step:>3}: {result['responses']}\n  localisation {_number(found['localisation'])} "
+            f"{_interval(found['localisation_ci'])} (chance {_number(found['chance'])}; always the first step "
+            f"{_number(found['first_step_share'])}, the last {_number(found['last_step_share'])}; likelihood "
+            f"{_number(like['localisation'])}), AUC {_number(found['auc'])} {_interval(found['auc_ci'])} "
+            f"(likelihood {_number(like['auc'])}); right-vs-wrong AUC of whole responses: stepwise "
             f"{_number(found['sequence_auc_stepwise'])}, shortcut {_number(found['sequence_auc_shortcut'])}",
             flush=True,
         )
@@ -216,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _interval(bounds: list[float] | None) -> str:
@@ -256,11 +266,11 @@ def plot(results: list[dict], step: int, responses: Responses, rewards: list[lis
     ):
         ax = fig.add_subplot(grid[0, col])
         for source, style in (("prm", "-o"), ("likelihood", "--s")):
-            values = [r[source][key] for r in results]
-            ci = [r[source][f"{key}_ci"] for r in results]
+            values = [_or_nan(r[source][key]) for r in results]
+            ci = [r[source][f"{key}_ci"] or (math.nan, math.nan) for r in results]
             ax.plot(steps, values, style, label="PRM log-ratio" if source == "prm" else "log π_ref (control)")
             ax.fill_between(steps, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2)
-        chance = [r["prm"][chance_key] for r in results] if chance_key else [0.5] * len(steps)
+        chance = [_or_nan(r["prm"][chance_key]) for r in results] if chance_key else [0.5] * len(steps)
         ax.plot(steps, chance, ":", color="gray", label="chance")
         ax.set_xlabel("RL step of the PRM checkpoint")
         ax.set_title(title, fontsize=10)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from verl_prime_lora.demo.evidence import pooled_z, pooled_z_threshold, validation_rise_bound
+from verl_prime_lora.demo.evidence import mean_ci95, pooled_z, pooled_z_threshold, validation_rise_bound
 
 
 def test_validation_rise_bound_formula():
@@ -42,3 +42,20 @@ def test_under_chance_the_pooled_z_rarely_passes_its_threshold():
     threshold, runs = pooled_z_threshold(0.01), 20_000
     passes = sum(pooled_z([rng.gauss(0, 1) for _ in range(10)]) > threshold for _ in range(runs))
     assert passes / runs < 0.0125, passes / runs  # α = 0.01 up to the simulation's noise (sd 0.0007)
+
+
+def test_mean_ci95_is_the_student_t_interval():
+    mean, low, high = mean_ci95([0.4, 0.5, 0.6])
+    # s = 0.1, t_{0.975, 2} = 4.303
+    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    assert mean - low == pytest.approx(high - mean)
+    assert mean_ci95([0.3]) == (0.3, 0.3, 0.3)
+
+
+def test_mean_ci95_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = random.Random(0)
+    covered = 0
+    for _ in range(4000):
+        low, high = mean_ci95([rng.gauss(1.0, 2.0) for _ in range(5)])[1:]
+        covered += low <= 1.0 <= high
+    assert 0.93 < covered / 4000 < 0.97  # binomial sd of the rate: 0.0034

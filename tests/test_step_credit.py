@@ -100,6 +100,11 @@ def test_single_step_responses_are_left_out():
     assert found["responses"] == 1 and found["localisation"] == 1.0 and found["pairs"] == 1
 
 
+def test_fixed_position_baselines_are_the_shares_of_first_and_last_wrong_steps():
+    found = localisation([[0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [0, 2, 1])
+    assert found["first_step_share"] == pytest.approx(1 / 3) and found["last_step_share"] == pytest.approx(1 / 3)
+
+
 def test_sequence_auc_counts_ties_half_and_is_antisymmetric():
     right, wrong = [1.0, 2.0, 0.0], [0.0, 1.5]
     assert sequence_auc(right, wrong) == pytest.approx((1 + 0 + 1 + 1 + 0.5 + 0) / 6)

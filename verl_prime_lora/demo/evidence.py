@@ -12,6 +12,8 @@ Two claims, each tested against chance with a one-sided error probability `alpha
   z (`core_algos.prm_ranking_z`): ≈ N(0, 1) when the PRM ranks at chance within every group. Steps hold
   different groups, so under chance their z are independent, and Stouffer's Z = Σ_s z_s / √S is ≈ N(0, 1)
   too: Z > z_{1−α} rejects chance at level α (`pooled_z`).
+
+Across seeds (benchmarks/learning.py), a quantity's mean comes with its 95 % Student-t interval (`mean_ci95`).
 """
 
 from __future__ import annotations
@@ -41,3 +43,19 @@ def pooled_z(step_z: list[float]) -> float:
 def pooled_z_threshold(alpha: float = 1e-3) -> float:
     """The Z above which chance is rejected at one-sided level α."""
     return normal_quantile(1 - alpha)
+
+
+# Student's t quantile t_{0.975, df} for the small numbers of seeds a CPU study runs; the normal's beyond.
+_T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float, float]:
+    """Mean of independent runs (seeds) and its 95 % Student-t interval, mean ± t_{0.975, n−1}·s/√n
+    (the interval is the mean itself for one run)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, mean, mean
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = _T_975.get(n - 1, normal_quantile(0.975)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half

