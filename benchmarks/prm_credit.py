@@ -30,6 +30,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,10 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint_dir = run / "run" / "checkpoints"
     steps = sorted(int(folder.name.removeprefix("global_step_")) for folder in checkpoint_dir.glob("global_step_*"))
     results, last = [], None
+    scratch = tempfile.TemporaryDirectory()  # the merged actors
     for step in [0, *steps]:
         step_dir = checkpoint_dir / f"global_step_{step}"
         needs_policy = step > 0 and (args.responses == "policy" or settings["reference"] == "policy")
-        policy = merged_actor(step_dir, base_dir, out / "scratch") if needs_policy else base
+        policy = merged_actor(step_dir, base_dir, Path(scratch.name)) if needs_policy else base
         prm = base if step == 0 else checkpoints.load_model(step_dir / "prm")
         reference = policy if settings["reference"] == "policy" else base
         responses = fixed or sample(policy)
@@ -208,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
+    scratch.cleanup()
     summary = {
         "command": "python benchmarks/prm_credit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "run": str(run),

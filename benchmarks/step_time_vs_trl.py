@@ -1,7 +1,12 @@
 """Step time of this project's CPU loop against TRL's `GRPOTrainer`, side by side in one invocation.
 
-    pip install trl==1.16.0 --no-deps      # not part of the tested set; its dependencies are veRL's already
-    python benchmarks/step_time_vs_trl.py [--steps 6] [--out benchmarks/out/step_time_vs_trl]
+    pip install --no-deps --target .trl trl==1.16.0     # beside the venv, not in it (see below)
+    python benchmarks/step_time_vs_trl.py --trl-path .trl [--steps 6] [--out benchmarks/out/step_time_vs_trl]
+
+TRL is not part of the tested set, and must not be importable by veRL's processes: veRL 0.9.1 imports
+`trl.AutoModelForCausalLMWithValueHead` whenever `trl` is installed, a class TRL 1.x no longer has, and every
+`main_ppo` run then fails building its actor. TRL's dependencies are veRL's already; the TRL side runs in a
+process of its own with `--trl-path` on its `PYTHONPATH`.
 
 Same task, warm model and data (the CPU demo's, `verl_prime_lora.demo.chain_task`, seed 0), 16 prompts × 8
 samples at temperature 1, ≤ 64 tokens, LoRA r=16 α=32 on all linears at lr 1e-3, no KL, no validation:
@@ -22,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +51,16 @@ def setting(key: str) -> str:
     return next(item.split("=", 1)[1] for item in DEMO_OVERRIDES if item.startswith(key + "="))
 
 
-def trl_step_seconds(assets: dict, steps: int, out: Path) -> list[float]:
+def trl_step_seconds(assets: dict, steps: int, out: Path, trl_path: Path) -> list[float]:
+    """`trl_steps` in a process of its own, with `trl_path` importable there only."""
+    result = out / "trl_steps.json"
+    command = [sys.executable, __file__, "--trl-only", "--steps", str(steps), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(trl_path), os.environ.get("PYTHONPATH")]))}
+    subprocess.run(command, env=env, check=True)
+    return json.loads(result.read_text())
+
+
+def trl_steps(assets: dict, steps: int, out: Path) -> list[float]:
     """Seconds between consecutive optimizer steps of TRL's GRPOTrainer on the demo's task."""
     import pandas as pd
     import torch
@@ -132,10 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/step_time_vs_trl"))
+    parser.add_argument("--trl-path", type=Path, help="a folder holding trl (pip install --target)")
+    parser.add_argument("--trl-only", action="store_true", help=argparse.SUPPRESS)  # the TRL side's own process
     args = parser.parse_args(argv)
     out = args.out.resolve()
     assets = chain_task.write_warm_assets(out / "assets", seed=0)
-    seconds = {"trl_grpo": trl_step_seconds(assets, args.steps, out)}
+    if args.trl_only:
+        (out / "trl_steps.json").write_text(json.dumps(trl_steps(assets, args.steps, out)))
+        return 0
+    if args.trl_path is None:
+        parser.error("--trl-path is required (see the module docstring)")
+    seconds = {"trl_grpo": trl_step_seconds(assets, args.steps, out, args.trl_path.resolve())}
     for name, (estimator, recipes) in PROJECT_RUNS.items():
         print(f"== {name}", flush=True)
         seconds[name] = project_step_seconds(estimator, recipes, assets, args.steps, out / name)

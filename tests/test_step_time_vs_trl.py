@@ -9,7 +9,7 @@ from benchmark_scripts import load_benchmark
 def test_ratios_are_of_medians_after_the_first_step(monkeypatch, tmp_path):
     bench = load_benchmark("step_time_vs_trl")
     monkeypatch.setattr(bench.chain_task, "write_warm_assets", lambda out, seed: {"model": out})
-    monkeypatch.setattr(bench, "trl_step_seconds", lambda assets, steps, out: [9.0, 1.0, 2.0, 3.0])
+    monkeypatch.setattr(bench, "trl_step_seconds", lambda assets, steps, out, trl_path: [9.0, 1.0, 2.0, 3.0])
     per_run = {"grpo": [30.0, 6.0, 4.0, 5.0], "grpo_filter": [30.0, 8.0], "prime_grpo_filter": [40.0, 10.0]}
     runs = []
 
@@ -18,7 +18,7 @@ def test_ratios_are_of_medians_after_the_first_step(monkeypatch, tmp_path):
         return per_run[out.name]
 
     monkeypatch.setattr(bench, "project_step_seconds", project)
-    assert bench.main(["--steps", "4", "--out", str(tmp_path)]) == 0
+    assert bench.main(["--steps", "4", "--out", str(tmp_path), "--trl-path", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "step_time_vs_trl.json").read_text())
     assert report["median_after_step_1"] == {
         "trl_grpo": 2.0,
