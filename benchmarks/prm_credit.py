@@ -187,9 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         reference = policy if settings["reference"] == "policy" else base
         responses = fixed or sample(policy)
         ref_log_probs = token_log_probs(reference, responses.rows)
+        prm_log_probs = ref_log_probs if prm is reference else token_log_probs(prm, responses.rows)
         rewards = [
             [settings["beta"] * (p - q) for p, q in zip(prm_lp, ref_lp, strict=True)]
-            for prm_lp, ref_lp in zip(token_log_probs(prm, responses.rows), ref_log_probs, strict=True)
+            for prm_lp, ref_lp in zip(prm_log_probs, ref_log_probs, strict=True)
         ]
         result = {
             "step": step,
