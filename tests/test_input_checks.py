@@ -428,6 +428,52 @@ def test_ray_cpus_below_the_placement_groups(assets):
     assert "num_data_storage_units" in message
 
 
+@pytest.fixture
+def ray_start_record(tmp_path, monkeypatch):
+    """A cluster that `ray start` recorded as this machine's current one (in a private Ray temp dir)."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS")
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6379")
+    return tmp_path / "ray" / "ray_current_cluster"
+
+
+def test_a_cluster_left_by_ray_start_is_not_joined_with_num_cpus(assets, ray_start_record):
+    """The CPU preset gives ray.init num_cpus and num_gpus, which Ray refuses when it joins a running
+    cluster; a bare ray.init() joins the one `ray start` recorded. The message names both ways out."""
+    pattern = (
+        r"^ray_kwargs\.ray_init\.num_cpus: is set, "
+        r"but ray\.init would join the running Ray cluster at 127\.0\.0\.1:6379"
+    )
+    message = fails(config(assets), pattern)
+    assert str(ray_start_record) in message and "RAY_ADDRESS=local" in message
+    assert "ray_kwargs.ray_init.num_cpus=null ray_kwargs.ray_init.num_gpus=null" in message
+
+
+def test_a_cluster_named_by_ray_address_is_blamed_on_it(assets, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    fails(config(assets), r"^ray_kwargs\.ray_init\.num_cpus: .* at 10\.0\.0\.7:6379 \(RAY_ADDRESS\)")
+
+
+def test_joining_a_cluster_without_resources_or_starting_one_passes(assets, ray_start_record, monkeypatch):
+    check_inputs(config(assets, "ray_kwargs.ray_init.num_cpus=null", "ray_kwargs.ray_init.num_gpus=null"))
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    check_inputs(config(assets))
+    monkeypatch.delenv("RAY_ADDRESS")
+    ray_start_record.unlink()  # `ray stop` removes the record
+    check_inputs(config(assets))
+
+
+def test_ray_joins_as_the_check_says(ray_start_record, monkeypatch):
+    """Ray's own resolution (what ray.init runs) agrees: it joins the recorded cluster, and with
+    RAY_ADDRESS=local (what `cpu.launch` gives every CPU run) it starts one."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    assert canonicalize_bootstrap_address(None).endswith(":6379")  # localhost as this node's IP
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert canonicalize_bootstrap_address(None) is None
+
+
 def test_agent_workers_are_not_counted(assets):
     """AgentLoopWorkers are default Ray actors (1 CPU to place, 0 held): more of them than CPUs do not hang."""
     check_inputs(config(assets, "actor_rollout_ref.rollout.agent.num_workers=16"))

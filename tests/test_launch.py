@@ -50,3 +50,29 @@ def test_timeout_is_reported_on_the_console_and_in_the_log(tmp_path, monkeypatch
     assert "[launch] timeout after 1 s: killing the run" in console.err
     assert "started" not in console.out  # the run's own output stays in the log without echo
     assert "started" in log.read_text() and "[launch] timeout after 1 s" in log.read_text()
+
+
+def _fake_python(tmp_path, monkeypatch, body: str) -> None:
+    script = tmp_path / "fake-python"  # stands in for `python -m verl...main_ppo`
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(script))
+
+
+@pytest.mark.parametrize(
+    "overrides, caller, seen",
+    [
+        ([], None, "local"),  # its own cluster, whatever `ray start` left on this machine
+        (["+ray_kwargs.ray_init.address=127.0.0.1:6380"], None, ""),  # the cluster the overrides name
+        ([], "10.0.0.7:6379", "10.0.0.7:6379"),  # the caller's choice wins
+    ],
+)
+def test_a_run_starts_its_own_ray_cluster_unless_told_to_join_one(tmp_path, monkeypatch, overrides, caller, seen):
+    _fake_python(tmp_path, monkeypatch, 'echo "RAY_ADDRESS=[$RAY_ADDRESS]"')
+    if caller is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", caller)
+    log = tmp_path / "run.log"
+    assert run_main_ppo(overrides, log, timeout_s=30.0) == 0
+    assert f"RAY_ADDRESS=[{seen}]" in log.read_text()

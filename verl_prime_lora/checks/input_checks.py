@@ -8,6 +8,10 @@ before the config checks of `config_checks.validate_prime_config` (whose micro-b
 devices are there, so a missing device is blamed as such), `check_files_and_code` (2-6) after them. In order:
 
 1. devices (`check_devices`), config only:
+   - with `ray_kwargs.ray_init.num_cpus` or `.num_gpus` set: `ray.init` will start a cluster, not join one.
+     Ray joins the cluster `RAY_ADDRESS` names, else `ray_kwargs.ray_init.address`, else (no address, or
+     `auto`) the last one `ray start` left on this machine (`ray_current_cluster` in Ray's temp dir), and
+     refuses both keys when it joins;
    - with `ray_kwargs.ray_init.num_gpus` set: the GPUs the layout asks Ray for fit in it. That is the
      trainer pool (`trainer.n_gpus_per_node` x `trainer.nnodes`), plus the standalone rollout pool of the
      split trainers (`separate_async`, `prime_separate_async`: `actor_rollout_ref.rollout.n_gpus_per_node`
@@ -163,6 +167,7 @@ def check_devices(config: Any) -> None:
     """The GPUs and CPUs the layout holds fit in what Ray is given (check 1 of the module docstring)."""
     if not isinstance(config, DictConfig):
         return
+    _check_no_cluster_to_join(config)
     mode = trainer_mode(config)
     split = has_standalone_rollout(config)
     trainer_gpus = training_ranks(config)
@@ -213,6 +218,40 @@ def check_devices(config: Any) -> None:
     if units > 1 and room >= 1:
         _fail(units_key, f"is {units}: {problem} Set it <= {room} or raise ray_kwargs.ray_init.num_cpus to {held}.")
     _fail("ray_kwargs.ray_init.num_cpus", f"is {num_cpus}: {problem} Raise it to {held}.")
+
+
+def _check_no_cluster_to_join(config: DictConfig) -> None:
+    """Resources given to `ray.init` need a cluster of its own: Ray refuses them when it joins a running one."""
+    given = [key for key in ("num_cpus", "num_gpus") if _get(config, f"ray_kwargs.ray_init.{key}") is not None]
+    joined = _cluster_to_join(config) if given else None
+    if joined is None:
+        return
+    address, source = joined
+    _fail(
+        f"ray_kwargs.ray_init.{given[0]}",
+        f"is set, but ray.init would join the running Ray cluster at {address} ({source}), and Ray refuses "
+        "num_cpus and num_gpus when it joins one. Start this run on a cluster of its own with RAY_ADDRESS=local "
+        "in the environment, or join that cluster with "
+        + " ".join(f"ray_kwargs.ray_init.{key}=null" for key in given)
+        + ".",
+    )
+
+
+def _cluster_to_join(config: DictConfig) -> tuple[str, str] | None:
+    """(address, where it comes from) of the Ray cluster `ray.init` would join, in Ray's own order; None
+    when it would start one."""
+    from_env = os.environ.get("RAY_ADDRESS") or None
+    address = from_env or _get(config, "ray_kwargs.ray_init.address")
+    if address == "local":
+        return None
+    if address not in (None, "auto"):
+        return str(address), "RAY_ADDRESS" if from_env else "ray_kwargs.ray_init.address"
+    from ray._common.utils import get_ray_address_file
+
+    record = Path(get_ray_address_file(_get(config, "ray_kwargs.ray_init._temp_dir")))
+    if not record.is_file() or not record.read_text().strip():
+        return None
+    return record.read_text().strip(), f"recorded by `ray start` in {record}"
 
 
 # ---------------------------------------------------------------------------------------------------

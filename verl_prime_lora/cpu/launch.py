@@ -33,6 +33,14 @@ RUN_ENV_DEFAULTS = {
 }
 
 
+def run_env_defaults(overrides: list[str]) -> dict[str, str]:
+    """`RUN_ENV_DEFAULTS`, and `RAY_ADDRESS=local` unless the overrides name a cluster to join: a run
+    starts a Ray cluster of its own (the CPU preset gives it `num_cpus`), whatever `ray start` left running
+    on this machine, which a bare `ray.init()` would join."""
+    joins = any(override.lstrip("+").startswith("ray_kwargs.ray_init.address=") for override in overrides)
+    return dict(RUN_ENV_DEFAULTS) if joins else {**RUN_ENV_DEFAULTS, "RAY_ADDRESS": "local"}
+
+
 def run_main_ppo(
     overrides: list[str],
     log_path: Path,
@@ -42,7 +50,7 @@ def run_main_ppo(
 ) -> int:
     """Run main_ppo with `overrides`; write its output to `log_path`; return its exit code."""
     run_id = uuid.uuid4().hex
-    run_env = {**RUN_ENV_DEFAULTS, **os.environ, **(env or {}), RUN_MARKER: run_id}
+    run_env = {**run_env_defaults(overrides), **os.environ, **(env or {}), RUN_MARKER: run_id}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if not any(override.startswith("hydra.run.dir=") for override in overrides):
         # Hydra's default output dir is ./outputs/<date>/ under the caller's working directory
