@@ -15,6 +15,13 @@ estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimat
     python benchmarks/learning.py [--steps 15] [--seeds 0] [--estimators ...] [--layouts colocated split ...]
                                   [--out benchmarks/out/learning]
 
+`--min-ops`/`--max-ops` change the task (and its warm start): longer chains have more steps that can go
+wrong, so fewer right answers; their responses need `data.max_response_length` above the demo's 64 tokens
+(about 11 tokens per step, after `--`).
+
+`--pool A/learning.json B/learning.json --out DIR` runs nothing: it pools the seeds of earlier invocations of the
+same settings into one across-seeds table (`DIR/learning_pooled.json`, `DIR/learning_seeds.png`).
+
 `--layouts` runs each PRIME estimator in each placement (`learning_run.LAYOUTS`): `colocated` (the demo's,
 the default), `split` (the seed's `+recipe=prime_lora`: vLLM on a second fake GPU, one step off-policy) and
 `split_on_policy` (the same, each step's rollouts from the newest weights); `grpo` runs colocated only.
@@ -37,7 +44,15 @@ from pathlib import Path
 
 from verl_prime_lora.demo import chain_task
 from verl_prime_lora.demo.evidence import mean_ci95
-from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, LAYOUTS, plot_runs, run_learning, summarize
+from verl_prime_lora.demo.learning_run import (
+    DEMO_RECIPES,
+    ESTIMATORS,
+    LAYOUTS,
+    LearningRun,
+    plot_runs,
+    run_learning,
+    summarize,
+)
 
 DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
 
@@ -54,11 +69,18 @@ def main() -> int:
     )
     parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["colocated"])
     parser.add_argument("--gain", type=float, default=0.10, help="target = start accuracy + gain")
+    parser.add_argument("--min-ops", type=int, default=3, help="fewest operands of a chain (the warm start's too)")
+    parser.add_argument("--max-ops", type=int, default=5, help="most operands of a chain (the warm start's too)")
+    parser.add_argument(
+        "--pool", type=Path, nargs="+", help="learning.json files of earlier invocations: pool their seeds, run nothing"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
     args = parser.parse_args()
     out = args.out.resolve()
+    if args.pool:
+        return pool(args.pool, out)
 
-    assets = chain_task.write_warm_assets(out / "assets", seed=0)
+    assets = chain_task.write_warm_assets(out / "assets", seed=0, min_ops=args.min_ops, max_ops=args.max_ops)
     runs, summaries, by_label = [], [], {}
     for seed in args.seeds:
         for name in args.estimators:
@@ -128,11 +150,55 @@ def report(args, out: Path, runs: list, summaries: list[dict], by_label: dict, f
         print(f"json: {out / 'learning.json'}\nplot: {plot}" + (f", {out / 'learning_seeds.png'}" if several else ""))
 
 
-def across_seeds(by_label: dict[str, list]) -> dict:
+def load_runs(path: Path) -> list[tuple[str, int, LearningRun]]:
+    """(label, seed, run) of every run a learning.json holds."""
+    data = json.loads(path.read_text())
+    return [
+        (
+            summary["estimator"],
+            int(summary["seed"]),
+            LearningRun(
+                name=run["name"],
+                returncode=int(summary["returncode"]),
+                log=path,
+                steps={int(step): metrics for step, metrics in run["steps"].items()},
+                wall={int(step): float(seconds) for step, seconds in run["wall"].items()},
+            ),
+        )
+        for run, summary in zip(data["runs"], data["summaries"], strict=True)
+    ]
+
+
+def pool(paths: list[Path], out: Path) -> int:
+    """The across-seeds table and plot of the runs in several learning.json files (say, seeds added by a later
+    invocation of the same settings), into `out`/learning_pooled.json and learning_seeds.png. A seed run twice
+    under one label is an error. The wall-time columns compare runs of different invocations."""
+    by_seed: dict[str, dict[int, LearningRun]] = {}
+    for path in paths:
+        for label, seed, run in load_runs(path):
+            if seed in by_seed.setdefault(label, {}):
+                raise SystemExit(f"{path}: {label} seed {seed} is in an earlier file too")
+            by_seed[label][seed] = run
+    by_label = {label: [runs[seed] for seed in sorted(runs)] for label, runs in by_seed.items()}
+    seeds_of = {label: sorted(runs) for label, runs in by_seed.items()}
+    seeds = across_seeds(by_label, seeds_of)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning_pooled.json").write_text(
+        json.dumps({"sources": [str(p) for p in paths], "seeds": seeds_of, "across_seeds": seeds}, indent=1) + "\n"
+    )
+    plot_seeds(seeds, out / "learning_seeds.png", max(len(s) for s in seeds_of.values()))
+    print(seeds_table(seeds))
+    print(f"json: {out / 'learning_pooled.json'}\nplot: {out / 'learning_seeds.png'}")
+    return 0
+
+
+def across_seeds(by_label: dict[str, list], seeds_of: dict[str, list[int]] | None = None) -> dict:
     """Per run label: validation accuracy at each validated step, and at equal wall time, as the mean over
     seeds with its 95 % interval (`evidence.mean_ci95`). The clock: the median over the `grpo` runs (else the
     first label's) of the seconds since launch at which each validation was logged; a run's accuracy at a
-    time is that of its last validation logged by then."""
+    time is that of its last validation logged by then. A label's difference from `grpo` is paired by seed,
+    over the seeds both ran (`seeds_of`: label -> its runs' seeds; without it, every label's runs are of the
+    same seeds in the same order)."""
     reference = by_label.get("grpo") or next(iter(by_label.values()), [])
     validated = sorted({step for run in reference for step, _ in run.val_accuracy()})
     clock = {
@@ -157,14 +223,21 @@ def across_seeds(by_label: dict[str, list]) -> dict:
                 values.append(curve[max(logged)] if logged else curve[min(curve)])
             at_time[step] = mean_ci95(values)
         entry = {"seeds": len(runs), "at_step": at_step, "at_time": at_time}
-        if label != "grpo" and "grpo" in by_label and len(by_label["grpo"]) == len(runs):
+        if label != "grpo" and "grpo" in by_label:
             # paired by seed (same data order, same initial adapter): the difference's interval is the tighter one
-            baseline = [dict(run.val_accuracy()) for run in by_label["grpo"]]
-            entry["minus_grpo_at_step"] = {
-                step: mean_ci95([curve[step] - base[step] for curve, base in zip(curves, baseline)])
-                for step in at_step
-                if all(step in base for base in baseline)
-            }
+            if seeds_of is None:  # runs in seed order, the same seeds for every label
+                pairs = list(zip(runs, by_label["grpo"])) if len(runs) == len(by_label["grpo"]) else []
+            else:
+                grpo_by_seed = dict(zip(seeds_of["grpo"], by_label["grpo"]))
+                pairs = [(run, grpo_by_seed[seed]) for run, seed in zip(runs, seeds_of[label]) if seed in grpo_by_seed]
+            pairs = [(dict(run.val_accuracy()), dict(base.val_accuracy())) for run, base in pairs]
+            if pairs:
+                entry["paired_seeds"] = len(pairs)
+                entry["minus_grpo_at_step"] = {
+                    step: mean_ci95([curve[step] - base[step] for curve, base in pairs])
+                    for step in at_step
+                    if all(step in curve and step in base for curve, base in pairs)
+                }
         result["labels"][label] = entry
     return result
 
@@ -172,6 +245,7 @@ def across_seeds(by_label: dict[str, list]) -> dict:
 def seeds_table(seeds: dict) -> str:
     """Mean validation accuracy [95 % interval] at each validated step, and at the same wall time."""
     lines = []
+    width = max((len(label) for label in seeds["labels"]), default=0) + 6  # "label (n)" and a space
     kinds = (
         ("at_step", "at equal steps"),
         ("at_time", "at equal wall time (grpo's clock)"),
@@ -183,19 +257,20 @@ def seeds_table(seeds: dict) -> str:
             continue
         heads = [f"{seeds['clock_s'][s]:.0f} s" if kind == "at_time" else f"step {s}" for s in steps]
         lines.append(f"validation accuracy {title}, mean [95 % CI] over seeds")
-        lines.append(f"{'run':<28}" + "".join(f"{head:>22}" for head in heads))
+        lines.append(f"{'run':<{width}}" + "".join(f"{head:>25}" for head in heads))
         for label, entry in seeds["labels"].items():
             if kind not in entry:
                 continue
             cells = [entry[kind].get(s) for s in steps]
+            runs = entry["paired_seeds"] if kind.startswith("minus") else entry["seeds"]
             lines.append(
-                f"{label + ' (' + str(entry['seeds']) + ')':<28}"
+                f"{label + ' (' + str(runs) + ')':<{width}}"
                 + "".join(
-                    "-".rjust(22)
+                    "-".rjust(25)
                     if c is None
-                    else f"{c[0]:+.3f} [{c[1]:+.3f}, {c[2]:+.3f}]".rjust(22)
+                    else f"{c[0]:+.3f} [{c[1]:+.3f}, {c[2]:+.3f}]".rjust(25)
                     if kind.startswith("minus")
-                    else f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]".rjust(22)
+                    else f"{c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]".rjust(25)
                     for c in cells
                 )
             )
@@ -217,7 +292,7 @@ def plot_seeds(seeds: dict, path: Path, n_seeds: int) -> Path:
                 continue
             x = [step if kind == "at_step" else seeds["clock_s"][step] for step, _ in points]
             mean, low, high = zip(*(value for _, value in points))
-            ax.plot(x, mean, marker="o", label=label)
+            ax.plot(x, mean, marker="o", label=f"{label} ({entry['seeds']})")
             ax.fill_between(x, low, high, alpha=0.15)
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("seconds since launch (grpo's median clock)")
@@ -225,7 +300,7 @@ def plot_seeds(seeds: dict, path: Path, n_seeds: int) -> Path:
         ax.set_ylabel("validation accuracy (greedy)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"chain arithmetic on CPU: mean and 95 % CI over {n_seeds} seeds")
+    fig.suptitle(f"chain arithmetic on CPU: mean and 95 % CI over up to {n_seeds} seeds (per run: legend)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

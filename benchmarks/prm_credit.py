@@ -3,6 +3,9 @@
     python -m verl_prime_lora.demo --out demo_out -- trainer.save_freq=5      # a demo run that keeps checkpoints
     python benchmarks/prm_credit.py demo_out [--out benchmarks/results/prm_credit]
 
+A run of `benchmarks/learning.py` (`OUT/<label>_seed<N>`, with `-- trainer.save_freq=...`) reads the same way:
+its assets are `OUT/assets`.
+
 For every saved step, and for step 0 (the PRM equal to its reference), responses to the RL test problems
 (`--samples` each, temperature 1) are scored by that step's PRM: by default each checkpoint's own policy samples
 them, as the PRM's training data are sampled (`--responses warm_start`: one fixed set from the warm start for
@@ -46,9 +49,19 @@ from verl_prime_lora.tools import checkpoints, export_adapter
 BATCH = 128
 
 
-def run_settings(run: Path) -> dict:
+def run_folders(run: Path) -> tuple[Path, Path]:
+    """(assets, main_ppo folder) of a demo's `--out` (`assets/`, `run/`) or of a learning-benchmark run
+    (`OUT/<label>_seed<N>`, its assets in `OUT/assets`)."""
+    if (run / "run").is_dir():
+        return run / "assets", run / "run"
+    if (run / "hydra").is_dir() and (run.parent / "assets").is_dir():
+        return run.parent / "assets", run
+    raise SystemExit(f"{run}: neither a demo's --out folder (assets/, run/) nor a run of benchmarks/learning.py")
+
+
+def run_settings(run_dir: Path) -> dict:
     """β, the PRM's reference and the response length of the run (its Hydra config)."""
-    config = OmegaConf.load(run / "run" / "hydra" / ".hydra" / "config.yaml")
+    config = OmegaConf.load(run_dir / "hydra" / ".hydra" / "config.yaml")
     return {
         "beta": float(config.prime.prm.beta),
         "reference": str(config.prime.prm.reference),
@@ -150,7 +163,7 @@ class Responses:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a demo run's --out folder (assets/, run/checkpoints/)")
+    parser.add_argument("run", type=Path, help="a demo's --out folder, or a run folder of benchmarks/learning.py")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/prm_credit"))
     parser.add_argument(
         "--responses",
@@ -164,18 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run, out = args.run.resolve(), args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    settings = run_settings(run)
-    base_dir = run / "assets" / "model"
+    assets, run_dir = run_folders(run)
+    settings = run_settings(run_dir)
+    base_dir = assets / "model"
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
-    test = pd.read_parquet(run / "assets" / "data" / "test.parquet")
+    test = pd.read_parquet(assets / "data" / "test.parquet")
     chains = [Chain.from_question(info["question"]) for info in test["extra_info"]]
 
     def sample(policy) -> Responses:
         return Responses.sample(policy, tokenizer, chains, args.samples, settings["max_response_length"], args.seed)
 
     fixed = sample(base) if args.responses == "warm_start" else None
-    checkpoint_dir = run / "run" / "checkpoints"
+    checkpoint_dir = run_dir / "checkpoints"
     steps = sorted(int(folder.name.removeprefix("global_step_")) for folder in checkpoint_dir.glob("global_step_*"))
     results, last = [], None
     scratch = tempfile.TemporaryDirectory()  # the merged actors

@@ -1,5 +1,7 @@
 """benchmarks/learning.py: the across-seeds table (means and 95 % intervals at equal steps and equal wall time)."""
 
+import json
+
 import pytest
 from benchmark_scripts import load_benchmark
 
@@ -50,3 +52,45 @@ def test_the_split_layouts_run_the_seed_recipe_on_two_fake_gpus():
     on_policy = LAYOUTS["split_on_policy"][1]
     assert "trainer.v1.separate_async.num_warmup_batches=0" in on_policy
     assert LAYOUTS["colocated"][0] == ("prime_lora_colocated", "prompt_filter", "cpu")
+
+
+def _learning_json(path, runs: list[tuple[str, int, LearningRun]]):
+    """A learning.json as `report` writes it (the fields `pool` reads)."""
+    path.write_text(
+        json.dumps(
+            {
+                "runs": [{"name": r.name, "steps": r.steps, "wall": r.wall} for _, _, r in runs],
+                "summaries": [{"estimator": label, "seed": seed, "returncode": 0} for label, seed, _ in runs],
+            }
+        )
+    )
+    return path
+
+
+def test_seeds_of_two_invocations_are_pooled_and_paired_by_seed(bench, tmp_path, capsys):
+    def arm(label, seed, gain):
+        return label, seed, _run(f"{label} (seed {seed})", {0: 0.1, 4: 0.3 + gain + 0.01 * seed}, 10.0)
+
+    first = [
+        arm(label, seed, gain) for seed in (0, 1, 2) for label, gain in (("grpo", 0), ("ungated", 0.1), ("gated", 0))
+    ]
+    later = [arm(label, seed, gain) for seed in (3, 4) for label, gain in (("grpo", 0), ("ungated", 0.1))]
+    files = [_learning_json(tmp_path / "a.json", first), _learning_json(tmp_path / "b.json", later)]
+    assert bench.pool(files, tmp_path / "pooled") == 0
+    pooled = json.loads((tmp_path / "pooled" / "learning_pooled.json").read_text())
+    assert pooled["seeds"] == {"grpo": [0, 1, 2, 3, 4], "ungated": [0, 1, 2, 3, 4], "gated": [0, 1, 2]}
+    labels = pooled["across_seeds"]["labels"]
+    assert labels["ungated"]["seeds"] == 5
+    assert labels["ungated"]["minus_grpo_at_step"]["4"] == pytest.approx([0.1, 0.1, 0.1])  # every seed +0.1
+    assert labels["gated"]["paired_seeds"] == 3  # seeds 0-2, the ones grpo ran too
+    assert labels["gated"]["minus_grpo_at_step"]["4"] == pytest.approx([0.0, 0.0, 0.0])
+    assert labels["gated"]["at_step"]["4"] == pytest.approx(list(mean_ci95([0.30, 0.31, 0.32])))
+    assert (tmp_path / "pooled" / "learning_seeds.png").stat().st_size > 0
+    assert "ungated (5)" in capsys.readouterr().out
+
+
+def test_a_seed_pooled_twice_is_refused(bench, tmp_path):
+    run = ("grpo", 0, _run("grpo", {0: 0.1, 4: 0.3}, 10.0))
+    files = [_learning_json(tmp_path / "a.json", [run]), _learning_json(tmp_path / "b.json", [run])]
+    with pytest.raises(SystemExit, match="grpo seed 0 is in an earlier file too"):
+        bench.pool(files, tmp_path / "pooled")

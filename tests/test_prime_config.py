@@ -23,6 +23,7 @@ from verl_prime_lora.algo.prime_config import (
     PrimeConfigError,
     PrmConfig,
     advantage_config,
+    config_value,
     prime_config,
 )
 from verl_prime_lora.checks.config_checks import validate_prime_config
@@ -210,6 +211,21 @@ def test_each_error_starts_with_its_key(override, key):
     with pytest.raises(PrimeConfigError) as err:  # the same error from the driver's check, before Ray
         validate_prime_config(config, check_tokenizers=False)
     assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        OmegaConf.create({"a": {"b": 2, "c": None, "m": "???", "i": "${a.b}"}}),
+        {"a": {"b": 2, "c": None, "i": 2}},
+        AlgoConfig(),  # a dataclass: only its absent keys are read here
+    ],
+)
+def test_config_value_reads_dotted_keys_and_falls_back_on_absent_none_and_missing(config):
+    if not isinstance(config, AlgoConfig):
+        assert config_value(config, "a.b") == 2 and config_value(config, "a.i") == 2  # interpolations resolve
+    for key in ("a.c", "a.m", "a.x", "x.y.z"):
+        assert config_value(config, key, "default") == "default"
 
 
 def test_an_estimator_refuses_an_invalid_algorithm_prime():

@@ -69,3 +69,16 @@ def test_token_log_probs_are_those_of_each_sequence_alone(fake_run):
             log_probs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
         want = [log_probs[len(prompt) - 1 + t, token].item() for t, token in enumerate(response)]
         assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_a_learning_benchmark_run_reads_like_a_demo(fake_run, tmp_path):
+    """benchmarks/learning.py keeps its runs in OUT/<label>_seed<N> (main_ppo's folder) beside OUT/assets."""
+    bench = load_benchmark("prm_credit")
+    out = tmp_path / "learning_out"
+    out.mkdir()
+    (out / "assets").symlink_to(fake_run / "assets")
+    (out / "prime_grpo_seed0").symlink_to(fake_run / "run")
+    assert bench.run_folders(out / "prime_grpo_seed0") == (out / "assets", out / "prime_grpo_seed0")
+    assert bench.run_folders(fake_run) == (fake_run / "assets", fake_run / "run")
+    with pytest.raises(SystemExit, match="neither a demo's --out folder"):
+        bench.run_folders(tmp_path)

@@ -48,7 +48,11 @@ class PrimeConfigError(ValueError):
 
 
 def config_value(config: Any, path: str, default: Any = None) -> Any:
-    """``config.<path>`` (dotted) for a DictConfig, dict or dataclass; ``default`` when absent or None."""
+    """``config.<path>`` (dotted) for a DictConfig, dict or dataclass; ``default`` when absent, None or
+    missing (``???``)."""
+    if OmegaConf.is_config(config):
+        node = OmegaConf.select(config, path, default=None, throw_on_missing=False)
+        return default if node is None else node
     node = config
     for key in path.split("."):
         if node is None:

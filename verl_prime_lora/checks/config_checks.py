@@ -21,22 +21,18 @@ import inspect
 import math
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl_prime_lora.algo.prime_config import PrimeConfigError, advantage_config, prime_config
 from verl_prime_lora.algo.run_config import (
     PRIME_ESTIMATORS,
     PRIME_TRAINERS,
     actor_uses_lora,
+    get,
     has_standalone_rollout,
     is_prime_run,
     training_ranks,
 )
-
-
-def _get(config: Any, path: str, default: Any = None) -> Any:
-    value = OmegaConf.select(config, path, default=default) if isinstance(config, DictConfig) else default
-    return default if value is None else value
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:
@@ -75,8 +71,8 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     check_stray_recipe(config)
     if not is_prime_run(config):
         return
-    trainer_mode = _get(config, "trainer.v1.trainer_mode")
-    estimator = _get(config, "algorithm.adv_estimator")
+    trainer_mode = get(config, "trainer.v1.trainer_mode")
+    estimator = get(config, "algorithm.adv_estimator")
     prime_trainer = trainer_mode in PRIME_TRAINERS
     prime_estimator = estimator in PRIME_ESTIMATORS
 
@@ -98,11 +94,11 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
                 f"a `process_rewards` argument; use one of {list(PRIME_ESTIMATORS)} (or "
                 "trainer.v1.trainer_mode=sync for a PRM-free run).",
             )
-    if not bool(_get(config, "trainer.use_v1", True)):
+    if not bool(get(config, "trainer.use_v1", True)):
         _fail("trainer.use_v1", "PRIME runs on veRL's V1 trainer only; set trainer.use_v1=true.")
 
     # 2. group size
-    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    n = int(get(config, "actor_rollout_ref.rollout.n", 1))
     if n < 2:
         _fail(
             "actor_rollout_ref.rollout.n",
@@ -113,24 +109,24 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     if (
         has_standalone_rollout(config)
         and actor_uses_lora(config)
-        and not bool(_get(config, "actor_rollout_ref.model.lora.merge", False))
+        and not bool(get(config, "actor_rollout_ref.model.lora.merge", False))
     ):
         _fail(
             "actor_rollout_ref.model.lora.merge",
             "must be True when the actor is LoRA and rollout runs on its own GPUs "
-            f"(trainer_mode={trainer_mode}, hybrid_engine={_get(config, 'actor_rollout_ref.hybrid_engine')}): "
+            f"(trainer_mode={trainer_mode}, hybrid_engine={get(config, 'actor_rollout_ref.hybrid_engine')}): "
             "veRL 0.9.1 syncs only base weights to a separate vLLM otherwise, so the rollout would "
             "silently keep sampling the initial policy (veRL issue #7495).",
         )
 
     # 4. prime.* and algorithm.prime.*: types, ranges and choices (verl_prime_lora.algo.prime_config)
-    if _get(config, "prime.prm") is None:
+    if get(config, "prime.prm") is None:
         _fail("prime.prm", "is missing; select the recipe with `+recipe=prime_lora` (or _colocated).")
     prm = prime_config(config).prm
-    advantage_config(_get(config, "algorithm"))
+    advantage_config(get(config, "algorithm"))
 
     # 5. the PRM's mini-batches against the actor's
-    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
+    actor_mini = int(get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
     prm_mini = prm.mini_batch_size or actor_mini
     if actor_mini % prm_mini != 0:
         _fail(
@@ -151,10 +147,10 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
 def step_batch_rows(config: Any) -> tuple[int, int]:
     """(B, M): the rows of a training step's batch, B = data.train_batch_size x rollout.n responses padded by
     veRL to a multiple of M = lcm(D training ranks, ppo_mini_batch_size x rollout.n)."""
-    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
-    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
+    n = int(get(config, "actor_rollout_ref.rollout.n", 1))
+    actor_mini = int(get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
     multiple = math.lcm(training_ranks(config), actor_mini)
-    return -(-int(_get(config, "data.train_batch_size", 1)) * n // multiple) * multiple, multiple
+    return -(-int(get(config, "data.train_batch_size", 1)) * n // multiple) * multiple, multiple
 
 
 def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
@@ -169,16 +165,16 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
     * an actor mini-batch: ppo_mini_batch_size x n / D; a PRM mini-batch: prime.prm.mini_batch_size x n / D.
     A part with dynamic micro-batches (token budgets) is not checked.
     """
-    n = int(_get(config, "actor_rollout_ref.rollout.n", 1))
+    n = int(get(config, "actor_rollout_ref.rollout.n", 1))
     ranks = training_ranks(config)
-    actor_mini = int(_get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
+    actor_mini = int(get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1)) * n
     step_rows, multiple = step_batch_rows(config)
     step = (
         step_rows,
         f"a step's batch of {step_rows} responses (data.train_batch_size x actor_rollout_ref.rollout.n={n}, "
         f"padded by veRL to a multiple of {multiple})",
     )
-    actor_dynamic = bool(_get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
+    actor_dynamic = bool(get(config, "actor_rollout_ref.actor.use_dynamic_bsz", False))
     parts = [
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", actor_dynamic, *step, "old-log-prob forward"),
         (
@@ -198,14 +194,14 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
             "PRM update",
         ),
     ]
-    kl = bool(_get(config, "algorithm.use_kl_in_reward", False)) or bool(
-        _get(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    kl = bool(get(config, "algorithm.use_kl_in_reward", False)) or bool(
+        get(config, "actor_rollout_ref.actor.use_kl_loss", False)
     )
     if kl and not actor_uses_lora(config):  # veRL's own reference worker (a LoRA actor's is its adapter off)
-        ref_dynamic = bool(_get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False))
+        ref_dynamic = bool(get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False))
         parts.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", ref_dynamic, *step, "reference"))
     for key, dynamic, rows, what, phase in parts:
-        micro = _get(config, key)
+        micro = get(config, key)
         if dynamic or micro is None:
             continue
         micro = int(micro)
@@ -248,7 +244,7 @@ def check_compute_dtype(config: Any) -> None:
     `param_dtype`; the bfloat16 default is not checked (it cannot be told from an unset key).
     """
     for section in FSDP_ENGINE_SECTIONS:
-        engine = _get(config, section)
+        engine = get(config, section)
         if not isinstance(engine, DictConfig) or str(engine.get("strategy") or "fsdp") not in ("fsdp", "fsdp2"):
             continue
         asked = precision(engine.get("dtype", "bfloat16"))
@@ -266,7 +262,7 @@ def check_compute_dtype(config: Any) -> None:
 
 
 def _tokenizer_path(config: Any, prefix: str) -> str | None:
-    return _get(config, f"{prefix}.tokenizer_path") or _get(config, f"{prefix}.path")
+    return get(config, f"{prefix}.tokenizer_path") or get(config, f"{prefix}.path")
 
 
 def check_prm_tokenizer(config: Any) -> None:
@@ -277,14 +273,14 @@ def check_prm_tokenizer(config: Any) -> None:
         return
     from transformers import AutoTokenizer
 
-    trust = bool(_get(config, "actor_rollout_ref.model.trust_remote_code", False))
+    trust = bool(get(config, "actor_rollout_ref.model.trust_remote_code", False))
     actor_tok = AutoTokenizer.from_pretrained(str(actor_path), trust_remote_code=trust)
     prm_tok = AutoTokenizer.from_pretrained(str(prm_path), trust_remote_code=trust)
     problems = tokenizer_differences(actor_tok, prm_tok)
     if problems:
         key = (
             "prime.prm.model.tokenizer_path"
-            if _get(config, "prime.prm.model.tokenizer_path")
+            if get(config, "prime.prm.model.tokenizer_path")
             else "prime.prm.model.path"
         )
         _fail(

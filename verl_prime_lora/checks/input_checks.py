@@ -89,6 +89,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import (
     MAX_RATIO_KEY,
+    get,
     has_standalone_rollout,
     is_prime_trainer,
     prime_state_file,
@@ -125,11 +126,6 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 class InputCheckError(ValueError):
     """A run input (file, folder, device count) that cannot work; the message starts with the config key."""
-
-
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    value = OmegaConf.select(config, key, default=default)
-    return default if value is None else value
 
 
 def _fail(key: str, message: str) -> NoReturn:
@@ -182,7 +178,7 @@ def check_devices(config: Any) -> None:
     if reward_gpus:
         parts.append(f"{reward_gpus} for the reward-model pool (reward.reward_model.n_gpus_per_node x nnodes)")
 
-    num_gpus = _get(config, "ray_kwargs.ray_init.num_gpus")
+    num_gpus = get(config, "ray_kwargs.ray_init.num_gpus")
     total_gpus = trainer_gpus + rollout_gpus + reward_gpus
     if num_gpus is not None and total_gpus > float(num_gpus):
         _fail(
@@ -195,14 +191,14 @@ def check_devices(config: Any) -> None:
             + ("; one device fits the colocated recipe (+recipe=prime_lora_colocated)." if split else "."),
         )
 
-    num_cpus = _get(config, "ray_kwargs.ray_init.num_cpus")
+    num_cpus = get(config, "ray_kwargs.ray_init.num_cpus")
     if num_cpus is None:
         return
     pool_cpus = CPUS_PER_POOL_GPU * (trainer_gpus + reward_gpus) + CPUS_PER_STANDALONE_ROLLOUT_GPU * rollout_gpus
     units_key = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
-    v1_queue = bool(_get(config, "trainer.use_v1", True)) or bool(_get(config, "transfer_queue.enable", False))
-    simple = _get(config, "transfer_queue.backend.storage_backend", "SimpleStorage") == "SimpleStorage"
-    units = int(_get(config, units_key, 0)) if v1_queue and simple else 0
+    v1_queue = bool(get(config, "trainer.use_v1", True)) or bool(get(config, "transfer_queue.enable", False))
+    simple = get(config, "transfer_queue.backend.storage_backend", "SimpleStorage") == "SimpleStorage"
+    units = int(get(config, units_key, 0)) if v1_queue and simple else 0
     held = (1 + units if v1_queue else 0) + pool_cpus
     if held <= float(num_cpus):
         return
@@ -222,7 +218,7 @@ def check_devices(config: Any) -> None:
 
 def _check_no_cluster_to_join(config: DictConfig) -> None:
     """Resources given to `ray.init` need a cluster of its own: Ray refuses them when it joins a running one."""
-    given = [key for key in ("num_cpus", "num_gpus") if _get(config, f"ray_kwargs.ray_init.{key}") is not None]
+    given = [key for key in ("num_cpus", "num_gpus") if get(config, f"ray_kwargs.ray_init.{key}") is not None]
     joined = _cluster_to_join(config) if given else None
     if joined is None:
         return
@@ -241,14 +237,14 @@ def _cluster_to_join(config: DictConfig) -> tuple[str, str] | None:
     """(address, where it comes from) of the Ray cluster `ray.init` would join, in Ray's own order; None
     when it would start one."""
     from_env = os.environ.get("RAY_ADDRESS") or None
-    address = from_env or _get(config, "ray_kwargs.ray_init.address")
+    address = from_env or get(config, "ray_kwargs.ray_init.address")
     if address == "local":
         return None
     if address not in (None, "auto"):
         return str(address), "RAY_ADDRESS" if from_env else "ray_kwargs.ray_init.address"
     from ray._common.utils import get_ray_address_file
 
-    record = Path(get_ray_address_file(_get(config, "ray_kwargs.ray_init._temp_dir")))
+    record = Path(get_ray_address_file(get(config, "ray_kwargs.ray_init._temp_dir")))
     if not record.is_file() or not record.read_text().strip():
         return None
     return record.read_text().strip(), f"recorded by `ray start` in {record}"
@@ -320,11 +316,11 @@ def _check_folder(key: str, value: Any, need_model: bool, need_tokenizer: bool) 
 
 def check_model_paths(config: Any) -> None:
     prefixes = ["actor_rollout_ref.model"]
-    if is_prime_trainer(config) and _get(config, "prime.prm") is not None:
+    if is_prime_trainer(config) and get(config, "prime.prm") is not None:
         prefixes.append("prime.prm.model")
     seen: set[tuple[str, bool, bool]] = set()
     for prefix in prefixes:
-        model, tokenizer = _get(config, f"{prefix}.path"), _get(config, f"{prefix}.tokenizer_path")
+        model, tokenizer = get(config, f"{prefix}.path"), get(config, f"{prefix}.tokenizer_path")
         checks = [(f"{prefix}.path", model, True, tokenizer is None)]
         if tokenizer is not None:
             checks.append((f"{prefix}.tokenizer_path", tokenizer, False, True))
@@ -343,14 +339,14 @@ def check_model_paths(config: Any) -> None:
 def _rule_reward(config: Any) -> bool:
     """Whether veRL's reward manager scores each sample from `data_source` and `reward_model.ground_truth`
     (reward_loop.py RewardLoopWorker.compute_score: a custom function, or no reward model)."""
-    if _get(config, "reward.reward_manager.source", "register") != "register":
+    if get(config, "reward.reward_manager.source", "register") != "register":
         return False
-    custom_fn = bool(_get(config, "reward.custom_reward_function.path"))
-    return custom_fn or not _get(config, "reward.reward_model.enable", False)
+    custom_fn = bool(get(config, "reward.custom_reward_function.path"))
+    return custom_fn or not get(config, "reward.reward_model.enable", False)
 
 
 def _entries(config: Any, key: str) -> list[tuple[str, str]]:
-    value = _get(config, key)
+    value = get(config, key)
     if value is None:
         return []
     if isinstance(value, (list, tuple, ListConfig)):
@@ -424,9 +420,9 @@ def _has_ground_truth(column_type: Any, rows: list[dict]) -> bool:
 
 def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
     """Check every train/val file; return (key, path, first row) of the first train file for the dry run."""
-    if _get(config, "data.custom_cls.path") is not None:
+    if get(config, "data.custom_cls.path") is not None:
         return None
-    prompt_key = str(_get(config, "data.prompt_key", "prompt"))
+    prompt_key = str(get(config, "data.prompt_key", "prompt"))
     needs_reward = _rule_reward(config)
     wanted = [prompt_key] + (["data_source", "reward_model", "extra_info"] if needs_reward else [])
     first: tuple[str, Path, dict] | None = None
@@ -483,17 +479,17 @@ def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
 
 def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | None:
     """(callable, its name, the config key that selects it) as veRL's reward loop would call it; None to skip."""
-    path = _get(config, "reward.custom_reward_function.path")
+    path = get(config, "reward.custom_reward_function.path")
     key = "reward.custom_reward_function.path"
     if path:
-        name = _get(config, "reward.custom_reward_function.name", "compute_score")
+        name = get(config, "reward.custom_reward_function.name", "compute_score")
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
         try:
             return get_custom_reward_fn(config), reward_function_name(config), key
         except Exception as exc:  # noqa: BLE001 - missing file, import error, missing function
             _fail(key, f"cannot load {name!r} from {path}: {type(exc).__name__}: {exc}")
-    if _get(config, "reward.sandbox_fusion.url") or str(data_source) in CODE_DATA_SOURCES:
+    if get(config, "reward.sandbox_fusion.url") or str(data_source) in CODE_DATA_SOURCES:
         return None
     from verl.utils.reward_score import default_compute_score
 
@@ -506,9 +502,9 @@ def _required_info_keys(config: Any) -> list[tuple[str, str, str]]:
     if is_prime_trainer(config):
         label_key = prime_config(config).prm.label_key
         required.append(("prime.prm.label_key", label_key, label_quantity(label_key)))
-    if PROMPT_FILTER_SAMPLER in str(_get(config, "trainer.v1.sampler.custom_sampler.path", "")):
+    if PROMPT_FILTER_SAMPLER in str(get(config, "trainer.v1.sampler.custom_sampler.path", "")):
         key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
-        accuracy_key = str(_get(config, key, "acc"))
+        accuracy_key = str(get(config, key, "acc"))
         required.append((key, accuracy_key, f"prompt-filter accuracy {accuracy_key!r}"))
     return required
 
@@ -608,7 +604,7 @@ def _agent_names_in_data(config: Any) -> list[tuple[str, str]]:
 def check_agent_loops(config: Any) -> None:
     """Refuse, for a PRIME trainer, an agent loop that returns several outputs per session (see module doc)."""
     key = "actor_rollout_ref.rollout.agent"
-    config_path = _get(config, f"{key}.agent_loop_config_path")
+    config_path = get(config, f"{key}.agent_loop_config_path")
     if not config_path:
         return  # only veRL's own loops (one output each) or ones registered by an import elsewhere
     from hydra.utils import get_class
@@ -622,7 +618,7 @@ def check_agent_loops(config: Any) -> None:
             f"{key}.agent_loop_config_path",
             f"{config_path} is not a readable list of agent loops ({{name, _target_}}): {type(exc).__name__}: {exc}",
         )
-    used = [(str(_get(config, f"{key}.default_agent_loop", "single_turn_agent")), f"{key}.default_agent_loop")]
+    used = [(str(get(config, f"{key}.default_agent_loop", "single_turn_agent")), f"{key}.default_agent_loop")]
     used += _agent_names_in_data(config)
     used += [(name, f"{key}.agent_loop_config_path ({config_path})") for name in targets]
     first_use: dict[str, str] = {}
@@ -642,7 +638,7 @@ def check_agent_loops(config: Any) -> None:
             _fail(
                 f"{key}.agent_loop_config_path",
                 f"agent loop {name!r} ({targets[name]}, used by {where}) returns a list of outputs per session "
-                f"(its run() is annotated so), and trainer.v1.trainer_mode={_get(config, 'trainer.v1.trainer_mode')} "
+                f"(its run() is annotated so), and trainer.v1.trainer_mode={get(config, 'trainer.v1.trainer_mode')} "
                 "takes one output per session: PRIME's PRM and estimators would score each turn as a response of "
                 "its own in the prompt's group, where veRL's GRPO scores each session by its last output. Return "
                 "the whole session as one output (multi-turn with a response mask is fine), or use veRL's own "
@@ -732,9 +728,9 @@ def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]
     files = []
     for name, shards in parts:
         section, strategy = CHECKPOINT_PARTS[name]
-        if _get(config, strategy, "fsdp") not in FSDP_STRATEGIES:
+        if get(config, strategy, "fsdp") not in FSDP_STRATEGIES:
             continue  # another engine's checkpoint layout
-        contents = _get(config, f"{section}.checkpoint.load_contents", list(FSDP_FILES))
+        contents = get(config, f"{section}.checkpoint.load_contents", list(FSDP_FILES))
         for content in contents:
             if content in FSDP_FILES:
                 prefix = FSDP_FILES[content]
@@ -752,11 +748,11 @@ def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]
 def check_resume_checkpoint(config: Any) -> None:
     """Refuse a resume whose checkpoint cannot load on this run's ranks, lacks the PRM, or has a file the resume
     reads that does not open (see module doc)."""
-    mode = _get(config, "trainer.resume_mode", "auto")
+    mode = get(config, "trainer.resume_mode", "auto")
     if mode == "auto":
         from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
 
-        local_dir = os.path.abspath(str(_get(config, "trainer.default_local_dir", ".")))
+        local_dir = os.path.abspath(str(get(config, "trainer.default_local_dir", ".")))
         if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
             return  # a fresh start (veRL's lookup would print that the tracker is missing)
     folder = resume_folder(config)
