@@ -8,7 +8,7 @@ before the config checks of `config_checks.validate_prime_config` (whose micro-b
 devices are there, so a missing device is blamed as such), `check_files_and_code` (2-6) after them. In order:
 
 1. devices (`check_devices`), config only:
-   - with `ray_kwargs.ray_init.num_cpus` or `.num_gpus` set: `ray.init` will start a cluster, not join one.
+   - with `ray_kwargs.ray_init.num_cpus` or `.num_gpus` set: `ray.init` must start a cluster, not join one.
      Ray joins the cluster `RAY_ADDRESS` names, else `ray_kwargs.ray_init.address`, else (no address, or
      `auto`) the last one `ray start` left on this machine (`ray_current_cluster` in Ray's temp dir), and
      refuses both keys when it joins;
