@@ -106,7 +106,7 @@ def main() -> int:
                 val = run.val_accuracy()
                 summary = summarize(run, target=val[0][1] + args.gain if val else None)
                 runs.append(run)
-                by_label.setdefault(label, []).append(run)
+                by_label.setdefault(label, {})[seed] = run
                 summaries.append({**summary, "estimator": label, "seed": seed})
                 if run.returncode != 0:
                     print(f"{label} seed {seed}: main_ppo exited {run.returncode}\n{run.tail()}", file=sys.stderr)
@@ -179,9 +179,8 @@ def pool(paths: list[Path], out: Path) -> int:
             if seed in by_seed.setdefault(label, {}):
                 raise SystemExit(f"{path}: {label} seed {seed} is in an earlier file too")
             by_seed[label][seed] = run
-    by_label = {label: [runs[seed] for seed in sorted(runs)] for label, runs in by_seed.items()}
     seeds_of = {label: sorted(runs) for label, runs in by_seed.items()}
-    seeds = across_seeds(by_label, seeds_of)
+    seeds = across_seeds(by_seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning_pooled.json").write_text(
         json.dumps({"sources": [str(p) for p in paths], "seeds": seeds_of, "across_seeds": seeds}, indent=1) + "\n"
@@ -192,14 +191,13 @@ def pool(paths: list[Path], out: Path) -> int:
     return 0
 
 
-def across_seeds(by_label: dict[str, list], seeds_of: dict[str, list[int]] | None = None) -> dict:
-    """Per run label: validation accuracy at each validated step, and at equal wall time, as the mean over
-    seeds with its 95 % interval (`evidence.mean_ci95`). The clock: the median over the `grpo` runs (else the
-    first label's) of the seconds since launch at which each validation was logged; a run's accuracy at a
-    time is that of its last validation logged by then. A label's difference from `grpo` is paired by seed,
-    over the seeds both ran (`seeds_of`: label -> its runs' seeds; without it, every label's runs are of the
-    same seeds in the same order)."""
-    reference = by_label.get("grpo") or next(iter(by_label.values()), [])
+def across_seeds(by_label: dict[str, dict[int, LearningRun]]) -> dict:
+    """Per run label (its runs by seed): validation accuracy at each validated step, and at equal wall time,
+    as the mean over seeds with its 95 % interval (`evidence.mean_ci95`). The clock: the median over the `grpo`
+    runs (else the first label's) of the seconds since launch at which each validation was logged; a run's
+    accuracy at a time is that of its last validation logged by then. A label's difference from `grpo` is
+    paired by seed, over the seeds both ran."""
+    reference = list((by_label.get("grpo") or next(iter(by_label.values()), {})).values())
     validated = sorted({step for run in reference for step, _ in run.val_accuracy()})
     clock = {
         step: statistics.median(run.wall[step] for run in reference if step in run.wall)
@@ -207,7 +205,8 @@ def across_seeds(by_label: dict[str, list], seeds_of: dict[str, list[int]] | Non
         if any(step in run.wall for run in reference)
     }
     result = {"clock_s": clock, "labels": {}}
-    for label, runs in by_label.items():
+    for label, by_seed in by_label.items():
+        runs = [by_seed[seed] for seed in sorted(by_seed)]
         curves = [dict(run.val_accuracy()) for run in runs]
         if not all(curves):
             continue  # a run that never validated (it failed): its table says so
@@ -225,12 +224,12 @@ def across_seeds(by_label: dict[str, list], seeds_of: dict[str, list[int]] | Non
         entry = {"seeds": len(runs), "at_step": at_step, "at_time": at_time}
         if label != "grpo" and "grpo" in by_label:
             # paired by seed (same data order, same initial adapter): the difference's interval is the tighter one
-            if seeds_of is None:  # runs in seed order, the same seeds for every label
-                pairs = list(zip(runs, by_label["grpo"])) if len(runs) == len(by_label["grpo"]) else []
-            else:
-                grpo_by_seed = dict(zip(seeds_of["grpo"], by_label["grpo"]))
-                pairs = [(run, grpo_by_seed[seed]) for run, seed in zip(runs, seeds_of[label]) if seed in grpo_by_seed]
-            pairs = [(dict(run.val_accuracy()), dict(base.val_accuracy())) for run, base in pairs]
+            grpo = by_label["grpo"]
+            pairs = [
+                (dict(run.val_accuracy()), dict(grpo[seed].val_accuracy()))
+                for seed, run in sorted(by_seed.items())
+                if seed in grpo
+            ]
             if pairs:
                 entry["paired_seeds"] = len(pairs)
                 entry["minus_grpo_at_step"] = {

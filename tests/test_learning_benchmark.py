@@ -27,7 +27,7 @@ def _run(name: str, accuracies: dict[int, float], seconds_per_step: float) -> Le
 def test_seeds_are_pooled_by_step_and_by_grpo_s_clock(bench):
     grpo = [_run("grpo", {0: 0.1, 4: 0.3 + d}, 10.0) for d in (0.0, 0.02, 0.04)]
     slow = [_run("prime_grpo", {0: 0.1, 4: 0.5 + d}, 20.0) for d in (0.0, 0.02, 0.04)]
-    seeds = bench.across_seeds({"grpo": grpo, "prime_grpo": slow})
+    seeds = bench.across_seeds({"grpo": dict(enumerate(grpo)), "prime_grpo": dict(enumerate(slow))})
     assert seeds["clock_s"] == {0: 60.0, 4: 100.0}
     assert seeds["labels"]["prime_grpo"]["at_step"][4] == pytest.approx(mean_ci95([0.5, 0.52, 0.54]))
     # at grpo's 100 s the slower runs have logged step 0 only (their step 4 comes at 140 s)
@@ -41,7 +41,9 @@ def test_seeds_are_pooled_by_step_and_by_grpo_s_clock(bench):
 
 
 def test_a_run_that_never_validated_is_left_out_of_the_pool(bench):
-    seeds = bench.across_seeds({"grpo": [_run("grpo", {0: 0.1, 4: 0.3}, 10.0)], "broken": [_run("broken", {}, 1.0)]})
+    seeds = bench.across_seeds(
+        {"grpo": {0: _run("grpo", {0: 0.1, 4: 0.3}, 10.0)}, "broken": {0: _run("broken", {}, 1.0)}}
+    )
     assert "broken" not in seeds["labels"]
 
 

@@ -245,9 +245,8 @@ def _cluster_to_join(config: DictConfig) -> tuple[str, str] | None:
     from ray._common.utils import get_ray_address_file
 
     record = Path(get_ray_address_file(get(config, "ray_kwargs.ray_init._temp_dir")))
-    if not record.is_file() or not record.read_text().strip():
-        return None
-    return record.read_text().strip(), f"recorded by `ray start` in {record}"
+    recorded = record.read_text().strip() if record.is_file() else ""
+    return (recorded, f"recorded by `ray start` in {record}") if recorded else None
 
 
 # ---------------------------------------------------------------------------------------------------
