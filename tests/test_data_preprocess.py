@@ -99,7 +99,41 @@ def test_open_rs_convert_drops_rows_without_problem_or_answer(pp):
 
 
 def test_eval_sets_cover_the_seed_benchmarks(pp):
-    assert set(pp["eval_sets"].BENCHMARKS) == {"aime24", "amc23", "math_500", "minerva", "olympiadbench"}
+    es = pp["eval_sets"]
+    # the card's four (open-rs2-PRIME scripts/eval/eval_prime.py:16-21), then Tina's lighteval extras
+    assert es.CARD_BENCHMARKS == ("aime24", "aime25", "amc23", "math_500")
+    assert es.EXTRA_BENCHMARKS == ("minerva", "olympiadbench")
+    assert list(es.BENCHMARKS) == list(es.CARD_BENCHMARKS + es.EXTRA_BENCHMARKS)
+    assert es.BENCHMARKS["aime25"] == ("yentinglin/aime_2025", "train", "problem", "answer", None)
+    assert es.BENCHMARKS["aime24"] == ("HuggingFaceH4/aime_2024", "train", "problem", "answer", None)
+    assert es.BENCHMARKS["amc23"] == ("knoveleng/AMC-23", "train", "problem", "answer", None)
+    assert es.BENCHMARKS["math_500"][:3] == ("HuggingFaceH4/MATH-500", "test", "problem")
+
+
+def test_eval_sets_aime25_from_a_local_file(pp, tmp_path):
+    """aime25 reads `problem` and `answer` (text or integer); other columns are ignored."""
+    source = write_jsonl(
+        tmp_path / "aime25.jsonl",
+        [
+            {"id": "I-1", "problem": "Find the sum of all integer bases $b>9$ ...", "answer": "70"},
+            {"id": "I-2", "problem": "On $\\triangle ABC$ points ...", "answer": 588},
+        ],
+    )
+    (path,) = pp["eval_sets"].main(
+        ["--local_dir", str(tmp_path / "out"), "--benchmarks", "aime25", "--input_file", str(source)]
+    )
+    assert path.endswith("aime25.parquet")
+    frame = pd.read_parquet(path)
+    assert list(frame.columns) == COLUMNS and len(frame) == 2
+    assert list(frame["data_source"]) == ["aime25", "aime25"]
+    assert [rm["ground_truth"] for rm in frame["reward_model"]] == ["70", "588"]
+    (message,) = frame.loc[1, "prompt"]
+    assert message["role"] == "user" and message["content"].endswith("\n\nOn $\\triangle ABC$ points ...")
+    assert message["content"].startswith("Solve the following math problem efficiently and clearly. The last line")
+    assert [dict(info) for info in frame["extra_info"]] == [
+        {"split": "train", "index": 0},
+        {"split": "train", "index": 1},
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,26 @@
 """The seed's evaluation benchmarks -> one veRL RL parquet each, ``<local_dir>/<name>.parquet``.
 
-Datasets, splits and columns are the ones the seed's evaluation reads (Tina
-``scripts/eval/run_eval_custom_tasks.py``, lighteval tasks; open-rs2-PRIME ``scripts/eval/eval_prime.py``).
-Prompts: ``--prompt_style eval`` (default) is the seed's evaluation
-template as a single user message; ``train`` is the training prompt (for in-training validation).
+Datasets, splits and columns are the ones the seed's evaluation reads. The card's own script,
+open-rs2-PRIME ``scripts/eval/eval_prime.py`` (LYF22034/open-rs2-grpo-lora, lines 16-21), evaluates
+``CARD_BENCHMARKS``: aime24 (HuggingFaceH4/aime_2024, train), aime25 (yentinglin/aime_2025, train),
+amc23 (knoveleng/AMC-23, train), math_500 (HuggingFaceH4/MATH-500, test); question column ``problem``.
+Tina's lighteval tasks (shangshang-wang/Tina ``scripts/eval/run_eval_custom_tasks.py``) add
+``EXTRA_BENCHMARKS``: minerva (knoveleng/Minerva-Math) and olympiadbench (knoveleng/OlympiadBench,
+question column ``question``); Tina's gpqa:diamond is multiple choice and is not converted here.
 
-    python examples/data_preprocess/eval_sets.py --local_dir ~/data/eval
-    python examples/data_preprocess/eval_sets.py --local_dir out --benchmarks aime24 --input_file aime.jsonl
+aime25: the card's script reads columns ``problem`` and ``answer`` of split ``train``
+(eval_prime.py:18), as does Tina's aime25 task (same dataset, ``hf_avail_splits=["train"]``,
+``aime_prompt_fn``); whether ``answer`` is stored as text or as an integer was not determined, and
+either converts to the same text.
+
+Ground truth: the ``answer`` column where the benchmark has one, else the last ``\\boxed{}`` of
+``solution``. For math_500 the card's script scores against the full ``solution`` text instead
+(eval_prime.py:20), this script takes the ``answer`` column (docs/evaluation.md).
+Prompts: ``--prompt_style eval`` (default) is the seed's evaluation template as a single user message;
+``train`` is the training prompt (for in-training validation).
+
+    python examples/data_preprocess/eval_sets.py --local_dir ~/data/open_rs
+    python examples/data_preprocess/eval_sets.py --local_dir out --benchmarks aime25 --input_file aime25.jsonl
 
 Every row is kept, so that benchmark sizes stay the published ones; rows without an answer are counted
 (the reward scores them 0 as ``bad_ground_truth``).
@@ -29,11 +43,14 @@ class Benchmark(NamedTuple):
 # name (also the parquet's data_source, hence veRL's val metric prefix) -> where the seed reads it
 BENCHMARKS = {
     "aime24": Benchmark("HuggingFaceH4/aime_2024", "train", "problem", "answer", None),
+    "aime25": Benchmark("yentinglin/aime_2025", "train", "problem", "answer", None),
     "amc23": Benchmark("knoveleng/AMC-23", "train", "problem", "answer", None),
     "math_500": Benchmark("HuggingFaceH4/MATH-500", "test", "problem", "answer", "solution"),
     "minerva": Benchmark("knoveleng/Minerva-Math", "train", "problem", None, "solution"),
     "olympiadbench": Benchmark("knoveleng/OlympiadBench", "train", "question", "answer", None),
 }
+CARD_BENCHMARKS = ("aime24", "aime25", "amc23", "math_500")  # eval_prime.py:16-21
+EXTRA_BENCHMARKS = ("minerva", "olympiadbench")  # Tina's lighteval tasks beyond the card's four
 
 
 def convert(name: str, rows, prompt_style: str = "eval") -> tuple[list[dict], int]:
