@@ -132,7 +132,7 @@ def pass_counts(overrides: list[str]) -> dict:
 
     from verl_prime_lora.algo.prime_config import prime_config
     from verl_prime_lora.algo.run_config import reference_source
-    from verl_prime_lora.checks.config_checks import step_batch_rows
+    from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows
     from verl_prime_lora.integration.prm_worker import model_dropout, update_forward_is_pre_update
     from verl_prime_lora.integration.trainer import prm_passes
     from verl_prime_lora.preflight.compose_and_check import compose_config
@@ -145,6 +145,7 @@ def pass_counts(overrides: list[str]) -> dict:
         model_dropout(config.prime.prm.model),
         step_batch_rows(config)[0],
         int(config.actor_rollout_ref.rollout.n),
+        compute_precision(config, "prime.prm.engine") == "fp32",
     )
     today, minimum = prm_passes(prm.update, reference, prm.epochs, from_update)
     return {

@@ -4,7 +4,7 @@
 #   DATA_DIR=~/data/open_rs bash examples/run_grpo_lora_baseline.sh [extra overrides...]
 set -euo pipefail
 source "$(dirname "$0")/seed_overrides.sh"
-python -m verl.trainer.main_ppo +recipe=prime_lora \
+"$PYTHON" -m verl.trainer.main_ppo "+recipe=[prime_lora$EXTRA_RECIPES]" \
   "${SEED_ARGS[@]}" \
   algorithm.adv_estimator=grpo                      `# outcome-only advantage, no process term` \
   trainer.v1.trainer_mode=separate_async            `# veRL's trainer: no PRM worker at all` \

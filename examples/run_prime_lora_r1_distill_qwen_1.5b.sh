@@ -4,7 +4,7 @@
 #   DATA_DIR=~/data/open_rs bash examples/run_prime_lora_r1_distill_qwen_1.5b.sh [extra overrides...]
 set -euo pipefail
 source "$(dirname "$0")/seed_overrides.sh"
-python -m verl.trainer.main_ppo +recipe=prime_lora \
+"$PYTHON" -m verl.trainer.main_ppo "+recipe=[prime_lora$EXTRA_RECIPES]" \
   "${SEED_ARGS[@]}" "${PRM_ARGS[@]}" \
   trainer.n_gpus_per_node=1                         `# GPU 0: the trainer pool (actor + PRM)` \
   actor_rollout_ref.rollout.n_gpus_per_node=1       `# GPU 1: the standalone vLLM pool` \

@@ -1,8 +1,12 @@
 # Sourced by the run_*.sh scripts: the seed recipe (Tina-PRIME, model card of the adapters) as Hydra
 # overrides, each with its source. `+recipe=prime_lora` already sets these; they are repeated here so a
 # script shows the whole run and so that changing one line changes the run.
+# Env: MODEL, DATA_DIR, PROJECT (below); PYTHON (default python), the interpreter that runs main_ppo;
+# RECIPES, the recipe list after the script's own (e.g. RECIPES=prompt_filter adds the accuracy-band filter).
 MODEL=${MODEL:-deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B}   # seed base model (actor, PRM and reference)
 DATA_DIR=${DATA_DIR:-$HOME/data/open_rs}                      # examples/data_preprocess/open_rs.py + eval_sets.py
+PYTHON=${PYTHON:-python}
+EXTRA_RECIPES=${RECIPES:+,$RECIPES}
 SEED_ARGS=(
   data.train_files="$DATA_DIR/train.parquet"
   data.val_files="$DATA_DIR/math_500.parquet"
@@ -23,7 +27,7 @@ SEED_ARGS=(
   actor_rollout_ref.actor.optim.min_lr_ratio=0.1    #       ... down to 0.1 x lr
   actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1  # seed: warmup 10 %
   actor_rollout_ref.actor.fsdp_config.seed=42
-  actor_rollout_ref.actor.fsdp_config.dtype=bfloat16       # seed: bf16
+  actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16  # seed: bf16 (fp32 master weights)
   reward.custom_reward_function.path=pkg://verl_prime_lora.rewards.math_format   # math-verify accuracy + <think> format
   reward.custom_reward_function.name=compute_score
   +reward.custom_reward_function.reward_kwargs.accuracy_weight=1.0  # seed reward weights: accuracy 1.0 ...

@@ -292,6 +292,33 @@ def test_sequence_norm_vanishes_while_prm_equals_reference(noise):
     torch.testing.assert_close(with_p, outcome_only, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("process_norm", ["sequence", "token"])
+def test_process_group_spread_is_the_std_the_process_part_holds_against_the_threshold(process_norm):
+    rewards, mask, index, process = make_batch(21, groups=(3, 1, 4))
+    spread, size = ca.process_group_spread(process, mask, index, process_norm)
+    expected_spread, expected_size = [], []
+    for members in groups_of(index).values():  # groups in order of first appearance
+        stat = []
+        for i in members:
+            z = sum(process[i, t].item() * mask[i, t].item() for t in range(mask.shape[1]))
+            stat.append(z if process_norm == "sequence" else z / max(mask[i].sum().item(), 1))
+        expected_spread.append(ref_mean_std(stat)[1])
+        expected_size.append(len(members))
+    torch.testing.assert_close(spread, torch.tensor(expected_spread, dtype=torch.float64), rtol=1e-12, atol=0)
+    assert size.tolist() == expected_size
+    # the process part is on exactly in the groups whose spread reaches the threshold
+    threshold = float(spread[spread < 1].median())
+    cfg = algo_config(process_norm=process_norm, process_std_threshold=threshold)
+    with_p, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
+    outcome, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg)
+    for g, members in enumerate(groups_of(index).values()):
+        has_process = not torch.equal(with_p[members], outcome[members])
+        assert has_process == bool(spread[g] >= threshold), g
+    zero, _ = ca.process_group_spread(torch.zeros_like(process), mask, index, process_norm)
+    # a PRM equal to its reference: 0 (a singleton group: 1)
+    assert zero.tolist() == [0.0 if n > 1 else 1.0 for n in expected_size]
+
+
 def test_prime_grpo_follows_process_norm():
     rewards, mask, index, process = make_batch(12)
     for process_norm in ("sequence", "token"):

@@ -100,3 +100,49 @@ def test_smoke_script_launches_the_colocated_cpu_recipe(tmp_path):
     assert cfg.trainer.v1.trainer_mode == "prime_sync" and cfg.trainer.total_training_steps == 2
     assert cfg.actor_rollout_ref.model.path == str(tmp_path / "out" / "assets" / "model")
     assert cfg.trainer.device == "cpu"  # the CPU preset came last
+
+
+def launched_overrides(script: str, tmp_path, **env) -> list[str]:
+    """The overrides `examples/<script>` hands main_ppo, recorded by a stand-in PYTHON."""
+    calls = tmp_path / f"{script}.calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {calls}\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "PYTHON": str(fake), **env}
+    subprocess.run(["bash", str(EXAMPLES / script)], check=True, env=env)
+    argv = calls.read_text().splitlines()
+    assert argv[:2] == ["-m", "verl.trainer.main_ppo"]
+    return argv[2:]
+
+
+# Each GPU script, the GPUs the README gives it (Hardware), and its layout.
+GPU_SCRIPTS = [
+    ("run_prime_lora_r1_distill_qwen_1.5b.sh", 80, 2),
+    ("run_grpo_lora_baseline.sh", 80, 2),
+    ("run_prime_lora_colocated.sh", 80, 1),
+]
+
+
+@pytest.mark.parametrize("script, gib, gpus", GPU_SCRIPTS)
+def test_each_gpu_script_fits_the_gpus_the_readme_gives_it(script, gib, gpus, tmp_path):
+    """The script's exact command line, with the seed model's config.json, passes the preflight at that size."""
+    import json
+
+    from verl_prime_lora import preflight as pf
+    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(R1_DISTILL_QWEN_1_5B_CONFIG))
+    overrides = launched_overrides(script, tmp_path, MODEL=str(model))
+    report = pf.estimate(pf.layout_from_config(pf.compose_config(overrides)), gib * pf.GIB)
+    assert len(report.gpus) == gpus
+    assert report.fits, [(gpu.title, round(gpu.total / pf.GIB, 1)) for gpu in report.gpus]
+    has_prm = any(row.label.startswith("PRM") for row in report.gpus[0].rows)
+    assert has_prm == (script != "run_grpo_lora_baseline.sh")  # veRL's own trainer: no PRM
+
+
+def test_extra_recipes_follow_the_scripts_own(tmp_path):
+    overrides = launched_overrides("run_prime_lora_r1_distill_qwen_1.5b.sh", tmp_path, RECIPES="prompt_filter")
+    assert overrides[0] == "+recipe=[prime_lora,prompt_filter]"
+    assert compose_ppo(*overrides).trainer.v1.sampler.custom_sampler.name == "accuracy_band_replay_buffer"

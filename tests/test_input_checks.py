@@ -386,15 +386,21 @@ def test_default_reward_with_an_unknown_data_source(assets, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
+ONE_RAY_GPU = "ray_kwargs.ray_init.num_gpus=1"  # the CPU preset otherwise gives Ray the layout's GPUs
+
+
 def test_split_recipe_on_one_device(assets):
-    message = fails(config(assets, recipe="prime_lora,cpu"), r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs")
+    message = fails(
+        config(assets, ONE_RAY_GPU, recipe="prime_lora,cpu"), r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs"
+    )
     for key in ("actor_rollout_ref.rollout.n_gpus_per_node", "ray_kwargs.ray_init.num_gpus=1", "prime_lora_colocated"):
         assert key in message
+    check_inputs(config(assets, recipe="prime_lora,cpu"))  # the preset's own count: 1 trainer + 1 rollout GPU
 
 
 def test_trainer_pool_larger_than_ray_gpus(assets):
     pattern = r"^trainer\.n_gpus_per_node: the layout needs 2 GPUs.*num_gpus=1"
-    fails(config(assets, "trainer.n_gpus_per_node=2"), pattern)
+    fails(config(assets, "trainer.n_gpus_per_node=2", ONE_RAY_GPU), pattern)
 
 
 def test_missing_devices_are_blamed_before_the_micro_batch_arithmetic(assets):
@@ -404,7 +410,7 @@ def test_missing_devices_are_blamed_before_the_micro_batch_arithmetic(assets):
 
     from verl_prime_lora.checks.config_checks import validate_prime_config
 
-    cfg = config(assets, "trainer.n_gpus_per_node=4")
+    cfg = config(assets, "trainer.n_gpus_per_node=4", ONE_RAY_GPU)
     with pytest.raises(ValueError, match=r"4 (training )?ranks") as alone:
         validate_prime_config(cfg, check_tokenizers=False)
     assert "num_gpus" not in str(alone.value)

@@ -30,6 +30,7 @@ from verl_prime_lora.checks.config_checks import validate_prime_config
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 ACTOR_MINI_BATCH = "${actor_rollout_ref.actor.ppo_mini_batch_size}"
+ACTOR_LOG_PROB_MICRO_BATCH = "${actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu}"
 
 
 def compose_ppo(*overrides):
@@ -79,6 +80,9 @@ def test_every_default_is_the_recipes_value(seed_recipe, cls, path, skip):
         if (cls, name) == (PrmConfig, "mini_batch_size"):
             # null means "the actor's ppo_mini_batch_size", which the recipe interpolates
             assert default is None and value == ACTOR_MINI_BATCH, (name, value)
+        elif (cls, name) == (PrmConfig, "infer_micro_batch_size_per_gpu"):
+            # the recipe ties it to the actor's log-prob micro-batches (4 in the recipe)
+            assert value == ACTOR_LOG_PROB_MICRO_BATCH and default == seed_recipe[path.split(".")[0]].prm[name] == 4
         else:
             assert default == value and type(default) is type(value), f"{path}.{name}: {default!r} vs {value!r}"
 
@@ -116,8 +120,20 @@ OVERRIDES = [
     ("prime.prm.mini_batch_size=2", lambda c: c.prm.mini_batch_size, 2),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=8", lambda c: c.prm.mini_batch_size, 8),  # follows the actor
     ("prime.prm.micro_batch_size_per_gpu=8", lambda c: c.prm.micro_batch_size_per_gpu, 8),
-    ("prime.prm.infer_micro_batch_size_per_gpu=12", lambda c: c.prm.infer_micro_batch_size_per_gpu, 12),
-    ("prime.prm.infer_micro_batch_size_per_gpu=null", lambda c: c.prm.infer_micro_batch_size_per_gpu, 2),
+    # follows the actor's log-prob micro-batches (in bf16 the two must be equal: config_checks)
+    (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=12",
+        lambda c: c.prm.infer_micro_batch_size_per_gpu,
+        12,
+    ),
+    (
+        (
+            "prime.prm.infer_micro_batch_size_per_gpu=null",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        ),
+        lambda c: c.prm.infer_micro_batch_size_per_gpu,
+        2,
+    ),
     ("prime.prm.max_token_len_per_gpu=4096", lambda c: c.prm.infer_max_token_len_per_gpu, 4096),
     ("prime.prm.epochs=2", lambda c: c.prm.epochs, 2),
     ("prime.prm.shuffle=true", lambda c: c.prm.shuffle, True),
@@ -138,7 +154,7 @@ ADVANTAGE_OVERRIDES = [
 
 @pytest.mark.parametrize("override, read, expected", OVERRIDES)
 def test_prime_overrides_reach_the_typed_config(override, read, expected):
-    config = recipe(override)
+    config = recipe(*(override if isinstance(override, tuple) else (override,)))
     typed = prime_config(config)
     assert read(typed) == expected and type(read(typed)) is type(expected)
     validate_prime_config(config, check_tokenizers=False)
@@ -266,15 +282,71 @@ def test_a_dtype_the_fsdp_engine_would_not_compute_in_is_refused(section, dtype)
 
 @pytest.mark.parametrize("section", ENGINES)
 def test_a_dtype_that_agrees_with_param_dtype_passes(section):
-    validate_prime_config(
-        recipe(f"{section}.dtype=float32", f"++{section}.mixed_precision.param_dtype=fp32"), check_tokenizers=False
-    )
+    # every engine in fp32: the PRM must compute as the actor that gives its reference (see below)
+    fp32 = [f"++{engine}.mixed_precision.param_dtype=fp32" for engine in ENGINES]
+    validate_prime_config(recipe(f"{section}.dtype=float32", *fp32), check_tokenizers=False)
 
 
 @pytest.mark.parametrize("name", ["[prime_lora,cpu]", "[prime_lora_colocated,cpu]", "prime_lora"])
 def test_the_recipes_pass_the_precision_check(name):
     # the CPU preset computes in fp32 through param_dtype and leaves veRL's bfloat16 `dtype` default alone
     validate_prime_config(recipe(name=name), check_tokenizers=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# an untrained PRM scores exactly as its reference: the seed's reference is the actor with its adapter off
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("prime.prm.model.use_fused_kernels=false", "prime.prm.model.use_fused_kernels"),
+        ("prime.prm.model.use_remove_padding=false", "prime.prm.model.use_remove_padding"),
+        ("++prime.prm.model.override_config.attn_implementation=sdpa", "prime.prm.model.override_config"),
+        ("prime.prm.engine.mixed_precision.param_dtype=fp32", "prime.prm.engine.mixed_precision.param_dtype"),
+        ("prime.prm.infer_micro_batch_size_per_gpu=2", "prime.prm.infer_micro_batch_size_per_gpu"),
+        (("prime.prm.use_dynamic_bsz=true", "prime.prm.max_token_len_per_gpu=4096"), "prime.prm.use_dynamic_bsz"),
+    ],
+)
+def test_a_prm_computed_unlike_its_actor_reference_is_refused(override, key):
+    with pytest.raises(PrimeConfigError) as err:
+        validate_prime_config(
+            recipe(*(override if isinstance(override, tuple) else (override,))), check_tokenizers=False
+        )
+    assert str(err.value).startswith(key), str(err.value)
+    assert "adapter off" in str(err.value)
+
+
+def test_the_seed_recipe_ties_the_prm_forward_to_its_reference():
+    config = recipe("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8")
+    assert config.prime.prm.infer_micro_batch_size_per_gpu == 8  # follows the actor's log-prob micro-batches
+    assert config.prime.prm.model.use_fused_kernels is True  # fp32 log-probs from the bf16 model, as the actor's
+    validate_prime_config(config, check_tokenizers=False)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # fp32 compute: the micro-batches do not change the result beyond fp32 rounding
+        (
+            "prime.prm.infer_micro_batch_size_per_gpu=2",
+            "prime.prm.engine.mixed_precision.param_dtype=fp32",
+            "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        ),
+        # a LoRA PRM is its own reference (adapter off): one worker, one forward set-up
+        ("prime.prm.infer_micro_batch_size_per_gpu=2", "prime.prm.model.lora_rank=8"),
+        # the same token budgets on both sides
+        (
+            "prime.prm.use_dynamic_bsz=true",
+            "prime.prm.max_token_len_per_gpu=4096",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096",
+        ),
+    ],
+)
+def test_prm_forwards_that_match_their_reference_pass(overrides):
+    validate_prime_config(recipe(*overrides), check_tokenizers=False)
 
 
 def test_megatron_reads_dtype_and_is_not_checked():

@@ -23,7 +23,7 @@ from tensordict import NonTensorData, TensorDict
 
 import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import prm_bce_loss
-from verl_prime_lora.algo.prime_config import PrmConfig
+from verl_prime_lora.algo.prime_config import PrmConfig, advantage_config
 from verl_prime_lora.algo.run_config import (
     REF_ACTOR_BASE,
     REF_ACTOR_REF,
@@ -54,11 +54,13 @@ from verl_prime_lora.integration.prm_worker import (
 from verl_prime_lora.integration.trainer import (
     PrimeTrainerSeparateAsync,
     PrimeTrainerSync,
+    advantage_part_metrics,
     pad_nested,
     prime_advantages,
     prm_diagnostics,
     prm_rewards_and_metrics,
     process_reward_stats,
+    process_spread_metrics,
 )
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
@@ -166,6 +168,8 @@ def test_micro_batches_that_fit_two_ranks_pass():
     dynamic = (
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+        "prime.prm.use_dynamic_bsz=true",
+        "prime.prm.max_token_len_per_gpu=4096",
     )
     validate_prime_config(compose_ppo(*CPU_TWO_RANKS, "actor_rollout_ref.model.path=/m", *dynamic))
 
@@ -444,18 +448,23 @@ def test_captured_log_probs_are_put_back_in_row_order(lengths, ranks, micro, epo
 
 
 @pytest.mark.parametrize(
-    "update, dropout, rows, exact",
+    "update, dropout, rows, micro, fp32, exact",
     [
-        ("after", 0.0, 16, True),  # one mini-batch of 8 prompts x 2: its first forward is pre-update
-        ("before", 0.0, 16, True),
-        ("after", 0.0, 32, False),  # two mini-batches: the second's forward follows an optimizer step
-        ("after", 0.1, 16, False),  # dropout in the model or its LoRA adapter
-        ("none", 0.0, 16, False),  # no update
+        ("after", 0.0, 16, (2, 4), True, True),  # one mini-batch of 8 prompts x 2: its first forward is pre-update
+        ("before", 0.0, 16, (2, 4), True, True),
+        ("after", 0.0, 32, (2, 4), True, False),  # two mini-batches: the second's forward follows an optimizer step
+        ("after", 0.1, 16, (2, 4), True, False),  # dropout in the model or its LoRA adapter
+        ("none", 0.0, 16, (2, 4), True, False),  # no update
+        ("after", 0.0, 16, (2, 4), False, False),  # bf16: other micro-batches than the log-prob forward's round apart
+        ("after", 0.0, 16, (4, 4), False, True),  # bf16 with the log-prob forward's micro-batches: the same numbers
     ],
 )
-def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, dropout, rows, exact):
-    prm = PrmConfig(update=update, mini_batch_size=8)
-    assert update_forward_is_pre_update(prm, dropout, rows, n=2) is exact
+def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, dropout, rows, micro, fp32, exact):
+    train, infer = micro
+    prm = PrmConfig(
+        update=update, mini_batch_size=8, micro_batch_size_per_gpu=train, infer_micro_batch_size_per_gpu=infer
+    )
+    assert update_forward_is_pre_update(prm, dropout, rows, n=2, fp32_compute=fp32) is exact
 
 
 def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
@@ -614,7 +623,9 @@ def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
     seed = build_prm_worker_config(seed_cfg.prime.prm, total_training_steps=11)
     assert (seed.engine_config.model_dtype, seed.engine_config.mixed_precision["param_dtype"]) == ("fp32", "bf16")
     assert wc.engine_config.strategy == "fsdp2" and not wc.engine_config.forward_only
-    assert wc.engine_config.micro_batch_size_per_gpu == 2 and wc.engine_config.infer_micro_batch_size_per_gpu == 4
+    # the log-prob micro-batches follow the actor's (cpu.yaml: 8); the fused log-prob kernels too
+    assert wc.engine_config.micro_batch_size_per_gpu == 2 and wc.engine_config.infer_micro_batch_size_per_gpu == 8
+    assert wc.model_config.use_fused_kernels is True
     assert wc.optimizer_config.lr == pytest.approx(3e-6) and wc.optimizer_config.total_training_steps == 11
     assert wc.model_config.override_config["attn_implementation"] == "sdpa"
     ref = build_prm_worker_config(OmegaConf.merge(cfg.prime.prm, {"model": {"lora_rank": 8}}), 11, forward_only=True)
@@ -674,6 +685,35 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     gated, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r_prm, process_scale=0.0)
     outcome_only, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), torch.zeros_like(r))
     assert torch.equal(gated, outcome_only) and not torch.allclose(full, outcome_only)
+
+
+def test_the_metrics_show_what_reached_the_advantage():
+    """`prm/process_group_std/*` and `prm/process_groups_on` (is the process term on at all), and the mean |A| of the
+    outcome and the process part that the actor receives (gate and threshold applied)."""
+    prm, ref, mask, labels, uid, scores = _step_tensors()
+    uid = np.array(uid, dtype=object)
+    algo = OmegaConf.create({"adv_estimator": "prime_grpo", "gamma": 1.0, "prime": {"process_std_threshold": 0.01}})
+    options = advantage_config(algo)
+    untrained, _ = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05)  # PRM == reference
+    trained, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
+
+    quiet = process_spread_metrics(untrained, mask, uid, options, "prime_grpo")
+    assert quiet == {
+        "prm/process_group_std/mean": 0.0,
+        "prm/process_group_std/max": 0.0,
+        "prm/process_groups_on": 0.0,
+    }  # groups a, b and c (c is a singleton + the padding row's own group: not counted)
+    loud = process_spread_metrics(trained, mask, uid, options, "prime_grpo")
+    assert loud["prm/process_group_std/max"] >= loud["prm/process_group_std/mean"] > 0.01
+    assert loud["prm/process_groups_on"] == 1.0
+    assert "prm/process_groups_on" not in process_spread_metrics(trained, mask, uid, options, "prime_rloo")
+
+    for rewards, gate, process_on in ((trained, 1.0, True), (trained, 0.0, False), (untrained, 1.0, False)):
+        _, returns = prime_advantages(algo, scores, mask, uid, rewards, process_scale=gate)
+        _, outcome = prime_advantages(algo, scores, mask, uid, rewards, process_scale=0.0)
+        parts = advantage_part_metrics(returns, outcome, mask)
+        assert parts["prm/advantage/outcome_abs_mean"] > 0
+        assert (parts["prm/advantage/process_abs_mean"] > 0) is process_on
 
 
 def test_prm_metrics_before_and_after_the_update():

@@ -130,3 +130,22 @@ def test_cpu_preset_picks_the_weight_sync_from_the_placement(recipe, backend):
     assert cfg.actor_rollout_ref.rollout.checkpoint_engine.backend == backend
     explicit = compose_ppo(f"+recipe={recipes}", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl")
     assert explicit.actor_rollout_ref.rollout.checkpoint_engine.backend == "nccl"
+
+
+@pytest.mark.parametrize(
+    "recipe, overrides, gpus",
+    [
+        ("prime_lora", (), 2),  # the seed's split: 1 trainer GPU + 1 standalone vLLM GPU
+        ("prime_lora", ("trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.n_gpus_per_node=3"), 5),
+        ("prime_lora_colocated", (), 1),  # vLLM shares the trainer's GPU
+        ("prime_lora_colocated", ("trainer.n_gpus_per_node=2",), 2),
+        (None, (), 1),  # a plain veRL run on the CPU preset
+    ],
+)
+def test_cpu_preset_gives_ray_the_gpus_of_the_layout(recipe, overrides, gpus):
+    """The local cluster's fake GPUs follow the placement, so the split recipe runs on one CPU node as it is."""
+    recipes = "[cpu]" if recipe is None else f"[{recipe},cpu]"
+    cfg = compose_ppo(f"+recipe={recipes}", *overrides)
+    assert cfg.ray_kwargs.ray_init.num_gpus == gpus
+    explicit = compose_ppo(f"+recipe={recipes}", *overrides, "ray_kwargs.ray_init.num_gpus=7")
+    assert explicit.ray_kwargs.ray_init.num_gpus == 7

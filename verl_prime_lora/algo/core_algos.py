@@ -397,6 +397,28 @@ def token_norm_process_advantage(
     return discounted_suffix_sum(normalised, gamma)
 
 
+def process_group_spread(
+    process_rewards: torch.Tensor, mask: torch.Tensor, index: Any, process_norm: str = "sequence"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""(σ_g, n_g) per group: the spread that ``prime_grpo``'s process part divides by and holds against
+    ``process_std_threshold`` — the unbiased std of z_i (``sequence``) or of r̄_i = z_i / L_i (``token``) over
+    the group's rows — and the group's row count. Groups in order of first appearance (``group_ids``); a
+    singleton's σ is 1, as in ``group_mean_std``. A PRM equal to its reference gives σ_g = 0 in every group.
+    """
+    dtype = compute_dtype(process_rewards)
+    mask = mask.to(dtype)
+    if process_norm == "token":
+        values = mean_process_reward(process_rewards.to(dtype), mask)
+    else:
+        values = process_rewards.to(dtype).mul(mask).sum(-1)
+    gid = group_ids(index, values.device)
+    count, _, std = group_mean_std(values, gid)
+    num_groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    first_row = torch.full((num_groups,), gid.numel(), dtype=torch.long, device=gid.device)
+    first_row.scatter_reduce_(0, gid, torch.arange(gid.numel(), device=gid.device), reduce="amin")
+    return std[first_row], count[first_row]
+
+
 def rloo_process_advantage(
     process_rewards: torch.Tensor, mask: torch.Tensor, gid: torch.Tensor, gamma: float = 1.0
 ) -> torch.Tensor:

@@ -148,8 +148,9 @@ class PrmConfig(_Section):
         mini_batch_size: prompts per PRM optimizer step (x rollout.n; memory); null: the actor's
             `ppo_mini_batch_size`.
         micro_batch_size_per_gpu: responses per PRM forward/backward (memory; the seed: 2).
-        infer_micro_batch_size_per_gpu: responses per PRM / reference log-prob forward; null: as
-            `micro_batch_size_per_gpu`.
+        infer_micro_batch_size_per_gpu: responses per PRM log-prob forward; null: as `micro_batch_size_per_gpu`.
+            The recipe ties it to the actor's `rollout.log_prob_micro_batch_size_per_gpu`: outside fp32 it must
+            equal the micro-batches of the actor forward that gives the PRM's reference (checked before Ray).
         use_dynamic_bsz: token-budget micro-batches instead (memory; then `max_token_len_per_gpu` is required).
         max_token_len_per_gpu: token budget per micro-batch with `use_dynamic_bsz`.
         infer_max_token_len_per_gpu: the same for log-prob forwards; null: as `max_token_len_per_gpu`.

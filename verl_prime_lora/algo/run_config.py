@@ -118,6 +118,14 @@ def lora_dropout(model_config: Any) -> float:
     return float(get(model_config, "lora.dropout", 0.0) or 0.0)
 
 
+def uses_reference_policy(config: Any) -> bool:
+    """Whether veRL computes reference log-probs (a KL term in the reward or the loss), as its trainers decide
+    (`verl.trainer.ppo.utils.need_reference_policy`)."""
+    return bool(get(config, "algorithm.use_kl_in_reward", False)) or bool(
+        get(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+
+
 def reference_source(config: Any, use_reference_policy: bool) -> str:
     """The cheapest correct source of log π_ref for the PRM's implicit reward.
 

@@ -27,11 +27,15 @@ from verl_prime_lora.algo.prime_config import PrimeConfigError, advantage_config
 from verl_prime_lora.algo.run_config import (
     PRIME_ESTIMATORS,
     PRIME_TRAINERS,
+    REF_ACTOR_BASE,
+    REF_ACTOR_REF,
     actor_uses_lora,
     get,
     has_standalone_rollout,
     is_prime_run,
+    reference_source,
     training_ranks,
+    uses_reference_policy,
 )
 
 
@@ -139,7 +143,10 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     # 6. the compute precision each FSDP engine is asked for is the one it uses
     check_compute_dtype(config)
 
-    # 7. same tokenizer for PRM and policy
+    # 7. an untrained PRM scores exactly as its reference where the actor computes that reference
+    check_reference_computed_alike(config)
+
+    # 8. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
 
@@ -194,10 +201,9 @@ def check_micro_batches(config: Any, prm_mini: int, prm: Any) -> None:
             "PRM update",
         ),
     ]
-    kl = bool(get(config, "algorithm.use_kl_in_reward", False)) or bool(
-        get(config, "actor_rollout_ref.actor.use_kl_loss", False)
-    )
-    if kl and not actor_uses_lora(config):  # veRL's own reference worker (a LoRA actor's is its adapter off)
+    if uses_reference_policy(config) and not actor_uses_lora(
+        config
+    ):  # veRL's own reference worker (a LoRA actor's is its adapter off)
         ref_dynamic = bool(get(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False))
         parts.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", ref_dynamic, *step, "reference"))
     for key, dynamic, rows, what, phase in parts:
@@ -259,6 +265,84 @@ def check_compute_dtype(config: Any) -> None:
                 f"{section}.mixed_precision.param_dtype={asked} for {asked} compute (and keep reduce_dtype fp32), "
                 f"or drop the dtype override.",
             )
+
+
+def compute_precision(config: Any, engine_section: str) -> str | None:
+    """'bf16' / 'fp16' / 'fp32': what an FSDP engine computes in (`mixed_precision.param_dtype`, bf16 when unset)."""
+    return precision(get(config, f"{engine_section}.mixed_precision.param_dtype", "bf16"))
+
+
+# How the PRM's log-prob forward is set up (`prime.prm...`) against the actor's forward that gives its reference.
+_FORWARD_ALIKE = (
+    ("prime.prm.model.use_fused_kernels", "actor_rollout_ref.model.use_fused_kernels", False),
+    ("prime.prm.model.use_remove_padding", "actor_rollout_ref.model.use_remove_padding", False),
+    (
+        "prime.prm.model.override_config.attn_implementation",
+        "actor_rollout_ref.model.override_config.attn_implementation",
+        "flash_attention_2",
+    ),
+    (
+        "prime.prm.engine.mixed_precision.param_dtype",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
+        "bf16",
+    ),
+)
+
+
+def check_reference_computed_alike(config: Any) -> None:
+    """Where the PRM's reference log-probs come from the actor (a full-parameter PRM on a LoRA actor's base: the
+    actor with its adapter off, as in the seed), the PRM's forward must compute what the actor's does, so that a PRM
+    still equal to its reference has z = 0 exactly and no process term (`algorithm.prime.process_std_threshold`).
+
+    Same kernels (fused log-prob kernels, remove-padding, attention) and compute precision always; outside fp32
+    also the same micro-batches: bf16 results depend on the shapes a kernel is given, and an untrained PRM scored
+    in micro-batches of another size than its reference differs from it by rounding (measured on CPU, bf16: whole
+    bf16 steps of a log-prob, 0.06 nats at log p ≈ -10, on a few tokens per step; docs/findings.md, "The compute
+    precision").
+    """
+    source = reference_source(config, uses_reference_policy(config))
+    if source not in (REF_ACTOR_BASE, REF_ACTOR_REF):
+        return
+    why = (
+        "the PRM's reference is the actor with its adapter off (a full-parameter PRM starting from the LoRA "
+        "actor's base), so an untrained PRM scores exactly 0 only if both forwards compute alike"
+    )
+    for prm_key, actor_key, default in _FORWARD_ALIKE:
+        prm_value, actor_value = get(config, prm_key, default), get(config, actor_key, default)
+        if prm_key.endswith("param_dtype"):
+            prm_value, actor_value = precision(prm_value), precision(actor_value)
+        if prm_value != actor_value:
+            _fail(prm_key, f"is {prm_value}, {actor_key} is {actor_value}: {why}. Set them alike.")
+    if compute_precision(config, "prime.prm.engine") == "fp32":
+        return
+    actor_part = "actor_rollout_ref.ref" if source == REF_ACTOR_REF else "actor_rollout_ref.rollout"
+    prm_micro, actor_micro = (
+        get(config, "prime.prm.infer_micro_batch_size_per_gpu") or get(config, "prime.prm.micro_batch_size_per_gpu"),
+        get(config, f"{actor_part}.log_prob_micro_batch_size_per_gpu"),
+    )
+    prm_dynamic = bool(get(config, "prime.prm.use_dynamic_bsz", False))
+    actor_dynamic = bool(get(config, f"{actor_part}.log_prob_use_dynamic_bsz", False))
+    if prm_dynamic or actor_dynamic:
+        prm_budget = get(config, "prime.prm.infer_max_token_len_per_gpu") or get(
+            config, "prime.prm.max_token_len_per_gpu"
+        )
+        actor_budget = get(config, f"{actor_part}.log_prob_max_token_len_per_gpu")
+        if (prm_dynamic, prm_budget) != (actor_dynamic, actor_budget):
+            _fail(
+                "prime.prm.use_dynamic_bsz",
+                f"the PRM's log-prob micro-batches (dynamic {prm_dynamic}, token budget {prm_budget}) differ from "
+                f"its reference's ({actor_part}.log_prob_use_dynamic_bsz={actor_dynamic}, "
+                f"log_prob_max_token_len_per_gpu={actor_budget}): {why}, and in "
+                f"{compute_precision(config, 'prime.prm.engine')} the micro-batches too. Set them alike.",
+            )
+    elif prm_micro != actor_micro:
+        _fail(
+            "prime.prm.infer_micro_batch_size_per_gpu",
+            f"is {prm_micro}, {actor_part}.log_prob_micro_batch_size_per_gpu is {actor_micro}: {why}, and in "
+            f"{compute_precision(config, 'prime.prm.engine')} the micro-batches too (bf16 rounding depends on "
+            "them: an untrained PRM would carry rounding noise into the process term). Set both to one value "
+            "(the recipe ties the PRM's to the actor's), or compute in fp32.",
+        )
 
 
 def _tokenizer_path(config: Any, prefix: str) -> str | None:

@@ -8,10 +8,10 @@ is missing, the first use of the platform fails with one error naming what to in
 (`PlatformCPU.is_available`). On a host with CUDA (and no VERL_PLATFORM=cpu) nothing happens.
 """
 
-from verl_prime_lora.cpu import weight_sync
+from verl_prime_lora.cpu import resolvers
 from verl_prime_lora.cpu.detect import cpu_platform_wanted
 
-weight_sync.register()  # `recipe/cpu.yaml` names it; harmless (unused) on an accelerator host
+resolvers.register()  # `recipe/cpu.yaml` names them; harmless (unused) on an accelerator host
 if cpu_platform_wanted():
     from verl_prime_lora.cpu import patches, platform  # noqa: F401 - `platform` registers `cpu`
 

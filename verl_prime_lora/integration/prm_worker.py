@@ -140,16 +140,22 @@ def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -
     return out
 
 
-def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int) -> bool:
+def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int, fp32_compute: bool) -> bool:
     """Whether the PRM update's first forward of each row gives exactly the pre-update log-probs.
 
     It does when the whole batch is one mini-batch (no optimizer step before any row's first forward), and
     the training forward computes what the log-prob forward does: no dropout anywhere in the PRM
-    (`dropout`: `model_dropout`, the model's and, for a LoRA PRM, its adapter's). A LoRA PRM also needs
-    one forward with its adapter on before its first reference forward (see the trainer's step 1), so the
-    trainer makes its process's first step with a forward of its own.
+    (`dropout`: `model_dropout`, the model's and, for a LoRA PRM, its adapter's) and, outside fp32 compute
+    (`fp32_compute`: the PRM's `engine.mixed_precision.param_dtype`), the same fixed micro-batches in both, as
+    bf16 results depend on the shapes a kernel is given (measured on CPU in bf16: up to 0.027 nats apart with
+    micro-batches of 2 and 8, bit-equal with 8 and 8; docs/findings.md, "The compute precision"). A LoRA PRM
+    also needs one forward with its adapter on before its first reference forward (see the trainer's step 1),
+    so the trainer makes its process's first step with a forward of its own.
     """
-    return prm.update != "none" and dropout == 0 and batch_rows == prm.mini_batch_size * n
+    same_shapes = fp32_compute or (
+        not prm.use_dynamic_bsz and prm.micro_batch_size_per_gpu == prm.infer_micro_batch_size_per_gpu
+    )
+    return prm.update != "none" and dropout == 0 and batch_rows == prm.mini_batch_size * n and same_shapes
 
 
 # ---------------------------------------------------------------------------------------------

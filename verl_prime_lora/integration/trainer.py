@@ -58,6 +58,7 @@ from verl_prime_lora.algo.core_algos import (
     prm_ranking_z,
     prm_sequence_logits,
     process_gate_weight,
+    process_group_spread,
 )
 from verl_prime_lora.algo.prime_config import advantage_config, prime_config
 from verl_prime_lora.algo.run_config import (
@@ -73,7 +74,7 @@ from verl_prime_lora.algo.run_config import (
     resume_folder,
     reward_function_name,
 )
-from verl_prime_lora.checks.config_checks import step_batch_rows, validate_prime_config
+from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
 from verl_prime_lora.checks.finite_checks import check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
@@ -195,6 +196,7 @@ class PrimeTrainerMixin:
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
         self.prm_dropout = model_dropout(self.prm.cfg.model)
+        self.prm_fp32 = compute_precision(self.config, "prime.prm.engine") == "fp32"
         self.prm_adapter_forwarded = False  # a LoRA PRM's first forward in this process (step 1 below) is done
         today, minimum = prm_passes(
             self.prime.prm.update,
@@ -214,7 +216,7 @@ class PrimeTrainerMixin:
 
     def _pre_update_from_update(self, batch_rows: int) -> bool:
         n = int(self.config.actor_rollout_ref.rollout.n)
-        return update_forward_is_pre_update(self.prime.prm, self.prm_dropout, batch_rows, n)
+        return update_forward_is_pre_update(self.prime.prm, self.prm_dropout, batch_rows, n, self.prm_fp32)
 
     def _load_checkpoint(self):
         if self.prm is None:
@@ -409,6 +411,11 @@ class PrimeTrainerMixin:
             self.global_steps,
             "Look for NaN/inf in the PRM's log-probs or in its reference's (prime.prm.reference).",
         )
+        prm_metrics.update(
+            process_spread_metrics(
+                process_rewards, mask, uid, self.prime_advantage, str(self.config.algorithm.adv_estimator)
+            )
+        )
         if self.prime.diagnostics:
             policy = self._policy_log_probs_t1(data)
             prm_metrics.update(
@@ -442,14 +449,16 @@ class PrimeTrainerMixin:
         gate = process_gate_weight(self.prm_pairwise_ema, self.prime_advantage.process_gate)
         metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
         metrics["prm/process_gate"] = gate
-        data.batch["advantages"], data.batch["returns"] = prime_advantages(
+        advantage_inputs = (
             self.config.algorithm,
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
             data.non_tensor_batch["uid"],
             process_rewards,
-            process_scale=gate,
         )
+        data.batch["advantages"], data.batch["returns"] = prime_advantages(*advantage_inputs, process_scale=gate)
+        _, outcome_returns = prime_advantages(*advantage_inputs, process_scale=0.0)
+        metrics.update(advantage_part_metrics(data.batch["returns"], outcome_returns, data.batch["response_mask"]))
         for field in ("advantages", "returns"):
             check_finite(
                 "algorithm.adv_estimator",
@@ -553,6 +562,32 @@ def prm_diagnostics(prm_used, ref, mask, labels, uid, beta, labelled=None, polic
     if policy is not None:
         metrics["prm/policy_dpo_acc_mixed"] = ranking(prm_sequence_logits(policy, ref, label_mask, beta))
     return metrics
+
+
+def process_spread_metrics(process_rewards, mask, uid, options, estimator: str) -> dict[str, float]:
+    """The spread σ_g of the PRM's rewards per prompt group (`core_algos.process_group_spread`), over groups of at
+    least two responses: `prm/process_group_std/{mean,max}` (0 while the PRM equals its reference) and, for
+    `prime_grpo`, `prm/process_groups_on`, the share of groups whose σ_g reaches
+    `algorithm.prime.process_std_threshold`, i.e. that get a process term at all."""
+    spread, size = process_group_spread(process_rewards, mask, uid, options.process_norm)
+    spread = spread[size > 1]
+    if not spread.numel():
+        return {}
+    metrics = {"prm/process_group_std/mean": spread.mean().item(), "prm/process_group_std/max": spread.max().item()}
+    if estimator == "prime_grpo":
+        metrics["prm/process_groups_on"] = (spread >= options.process_std_threshold).float().mean().item()
+    return metrics
+
+
+def advantage_part_metrics(returns, outcome_returns, response_mask) -> dict[str, float]:
+    """What reached the actor, by part: the mean |A| over response tokens of the outcome part (c_o·A^o) and of the
+    process part (w·c_p·A^p, the estimator's unwhitened advantage minus its outcome-only one)."""
+    mask = response_mask.to(returns.dtype)
+    tokens = mask.sum().clamp_min(1)
+    return {
+        "prm/advantage/outcome_abs_mean": ((outcome_returns.abs() * mask).sum() / tokens).item(),
+        "prm/advantage/process_abs_mean": (((returns - outcome_returns).abs() * mask).sum() / tokens).item(),
+    }
 
 
 def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0):

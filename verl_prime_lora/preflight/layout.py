@@ -17,6 +17,7 @@ from verl_prime_lora.algo.run_config import (
     actor_lora_rank,
     actor_uses_lora,
     has_standalone_rollout,
+    is_prime_trainer,
     prm_is_lora,
     reference_source,
     trainer_mode,
@@ -136,6 +137,8 @@ def _actor_spec(r: _Reading, standalone: bool, notes: list[str]) -> EngineSpec:
         train_temperature_copy=r.temperature != 1.0,
         infer_temperature_copy=r.temperature != 1.0,
         sync_buffer_bytes=(2 if backend == "nccl" else 1) * bucket,
+        sync_buffers_resident=backend == "nccl",
+        fused_logits=r.flag("actor_rollout_ref.model.use_fused_kernels", False),
         empties_cache_before_rollout=not standalone,
     )
 
@@ -162,6 +165,7 @@ def _reference_spec(r: _Reading) -> EngineSpec:
         shards=r.shards(r_eng),
         infer_tokens=math.ceil(tokens / r.sp(r_eng)),
         infer_temperature_copy=r.temperature != 1.0,
+        fused_logits=r.flag("actor_rollout_ref.model.use_fused_kernels", False),
         forward_only=True,
     )
 
@@ -197,6 +201,7 @@ def _prm_spec(r: _Reading) -> EngineSpec:
         checkpointing=r.flag("prime.prm.model.enable_gradient_checkpointing", True),
         train_tokens=math.ceil(p_train / r.sp(p_eng)) if prm.update != "none" else 0,
         infer_tokens=math.ceil(p_infer / r.sp(p_eng)),
+        fused_logits=r.flag("prime.prm.model.use_fused_kernels", False),
     )
 
 
@@ -286,11 +291,12 @@ def layout_from_config(cfg: Any) -> Layout:
     use_ref = bool(need_reference_policy(cfg))
     if use_ref and not actor_uses_lora(cfg):  # a LoRA actor's reference is its adapter off: no copy
         workers.append((actor_shape, _reference_spec(r)))
-    prm_spec = _prm_spec(r)
-    workers.append((prm_shape, prm_spec))
     prm_reference = reference_source(cfg, use_ref)
-    if prm_reference == REF_FROZEN:
-        workers.append((prm_shape, _frozen_prm_copy(prm_spec)))
+    if is_prime_trainer(cfg):  # veRL's own trainers (a GRPO baseline on the recipe's layout) build no PRM
+        prm_spec = _prm_spec(r)
+        workers.append((prm_shape, prm_spec))
+        if prm_reference == REF_FROZEN:
+            workers.append((prm_shape, _frozen_prm_copy(prm_spec)))
 
     r_nodes = int(select(cfg, "actor_rollout_ref.rollout.nnodes", 0)) if standalone else 0
     r_per_node = int(select(cfg, "actor_rollout_ref.rollout.n_gpus_per_node", 0)) if standalone else 0

@@ -16,7 +16,8 @@ Notation: P = parameters, c = compute bytes (`mixed_precision.param_dtype`), p =
   (max_prompt_length + max_response_length)`, or the token budget with `use_dynamic_bsz`; ÷ Ulysses SP.
 * logits (`logits_bytes`): tokens·V·c (lm_head output, not upcast), + tokens·V·4 when training (an
   fp32-sized working buffer: log-softmax or its gradient), + tokens·V·c when the temperature is not 1
-  (veRL divides into a new tensor; the actor at the rollout temperature, the PRM always at 1.0).
+  (veRL divides into a new tensor; the actor at the rollout temperature, the PRM always at 1.0). With
+  veRL's fused log-prob kernels (the recipes' `model.use_fused_kernels`) one chunk of 512 tokens at a time.
 * vLLM's KV cache (`kv_cache_bytes_per_token`): 2·L·K·d·2 B per token ÷ TP.
 """
 
@@ -93,8 +94,24 @@ def train_activation_bytes(
     return tokens * (per_token + (4 + compute_bytes) * h)
 
 
-def logits_bytes(shape: ModelShape, tokens: int, compute_bytes: int, train: bool, temperature_copy: bool) -> int:
-    """tokens·V·(c [lm_head output] + 4 if training [fp32 log-softmax / its gradient] + c if T ≠ 1 [scaled copy])."""
+# veRL's torch fused linear + log-softmax (`model.use_fused_kernels`) works on this many tokens at a time
+# (verl/utils/experimental/torch_functional.py, FusedLinearForPPO's chunk_size).
+FUSED_LOGITS_CHUNK = 512
+
+
+def logits_bytes(
+    shape: ModelShape, tokens: int, compute_bytes: int, train: bool, temperature_copy: bool, fused: bool = False
+) -> int:
+    """tokens·V·(c [lm_head output] + 4 if training [fp32 log-softmax / its gradient] + c if T ≠ 1 [scaled copy]).
+
+    `fused` (`model.use_fused_kernels`): no logits tensor of the micro-batch, one chunk of ≤ 512 tokens at a
+    time, each with its c-byte logits (+ c scaled if T ≠ 1) and fp32 working tensors: 4 in a forward (the fp32
+    logits, softmax, log-softmax, the entropy's product), 5 in backward (+ one-hot − softmax, and the logits'
+    gradient). Read from veRL's code, not measured.
+    """
+    if fused:
+        per_entry = compute_bytes + (compute_bytes if temperature_copy else 0) + 4 * (5 if train else 4)
+        return min(tokens, FUSED_LOGITS_CHUNK) * shape.vocab_size * per_entry
     per_entry = compute_bytes + (4 if train else 0) + (compute_bytes if temperature_copy else 0)
     return tokens * shape.vocab_size * per_entry
 

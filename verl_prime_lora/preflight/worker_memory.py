@@ -13,7 +13,9 @@ Notation as in `memory_formulas` (P = parameters, c = compute bytes, p = param b
   (update, forward and backward: grads + compute copy + activations + logits + offloaded states brought back;
   optimizer step: grads + the one temporary of the trainable parameters' size that PyTorch's foreach AdamW
   allocates (√v, `_foreach_sqrt`), the peak of a full-parameter update when its micro-batch is short;
-  log-prob: compute copy + working set + logits; the actor's weight sync: the bucket buffers).
+  log-prob: compute copy + working set + logits; the actor's weight sync: the bucket buffers). The `nccl`
+  sync's sender (the actor's rank 0) allocates its two buckets through cupy, whose memory pool keeps them
+  after the sync (veRL's `finalize` empties only PyTorch's cache): resident from the first sync on.
 * PyTorch's caching allocator keeps a process's freed blocks, and veRL empties a worker's cache only when it
   offloads its parameters (`fsdp_utils.offload_fsdp_model_to_cpu`) and, colocated, the actor's before vLLM
   wakes up (`engine_workers.py:769`); so a worker without `param_offload` keeps holding its resident states
@@ -59,6 +61,8 @@ class EngineSpec:
     infer_temperature_copy: bool = False
     forward_only: bool = False  # frozen reference: weights in CPU RAM (FSDP CPU offload)
     sync_buffer_bytes: int = 0  # the actor's weight-sync bucket buffers
+    sync_buffers_resident: bool = False  # nccl: the sender's buckets stay in cupy's pool for the whole run
+    fused_logits: bool = False  # model.use_fused_kernels: logits one chunk at a time
     empties_cache_before_rollout: bool = False  # colocated actor (engine_workers.py:769)
 
 
@@ -132,7 +136,7 @@ def worker_estimate(shape: ModelShape, spec: EngineSpec) -> WorkerEstimate:
             Row(f"working set ({spec.infer_tokens} tok)", working_set_bytes(shape, spec.infer_tokens, c)),
             Row(
                 f"logits ({spec.infer_tokens} tok)",
-                logits_bytes(shape, spec.infer_tokens, c, False, spec.infer_temperature_copy),
+                logits_bytes(shape, spec.infer_tokens, c, False, spec.infer_temperature_copy, spec.fused_logits),
             ),
         ]
         return WorkerEstimate(spec.name, resident, {"log-prob": infer}, cpu, releases_cache=False)
@@ -173,7 +177,7 @@ def worker_estimate(shape: ModelShape, spec: EngineSpec) -> WorkerEstimate:
             Row(f"backward working set ({spec.train_tokens} tok)", working_set_bytes(shape, spec.train_tokens, c)),
             Row(
                 f"logits ({spec.train_tokens} tok)",
-                logits_bytes(shape, spec.train_tokens, c, True, spec.train_temperature_copy),
+                logits_bytes(shape, spec.train_tokens, c, True, spec.train_temperature_copy, spec.fused_logits),
             ),
         ]
         phases["optimizer step"] = [
@@ -189,17 +193,17 @@ def worker_estimate(shape: ModelShape, spec: EngineSpec) -> WorkerEstimate:
             Row(f"working set ({spec.infer_tokens} tok)", working_set_bytes(shape, spec.infer_tokens, c)),
             Row(
                 f"logits ({spec.infer_tokens} tok)",
-                logits_bytes(shape, spec.infer_tokens, c, False, spec.infer_temperature_copy),
+                logits_bytes(shape, spec.infer_tokens, c, False, spec.infer_temperature_copy, spec.fused_logits),
             ),
         ]
     if spec.sync_buffer_bytes:
         largest = shape.vocab_size * shape.hidden_size * p  # the embedding, the largest tensor sent
-        phases["weight sync"] = [
-            *loaded,
-            Row("weight-sync bucket buffers", spec.sync_buffer_bytes),
-            copy_row,
-            Row("largest tensor, gathered", largest),
-        ]
+        buckets = []
+        if spec.sync_buffers_resident:
+            resident.append(Row("nccl weight-sync buckets (2, in cupy's pool)", spec.sync_buffer_bytes))
+        else:
+            buckets.append(Row("weight-sync bucket buffers", spec.sync_buffer_bytes))
+        phases["weight sync"] = [*loaded, *buckets, copy_row, Row("largest tensor, gathered", largest)]
     return WorkerEstimate(
         spec.name,
         resident,

@@ -1,0 +1,156 @@
+"""The seed's GPU-only paths, checked on CPU: the strategy every test runs, fp32 log-probs from a bf16 model, the
+packages the GPU path imports (refused before Ray with the fix), and the split placement's NCCL weight sync as far
+as it goes without a GPU (its module imports and builds its 1 + 1 topology)."""
+
+import importlib
+import sys
+import types
+
+import pytest
+import torch
+from test_recipe_config import compose_ppo
+
+from verl_prime_lora.algo.prime_config import PrimeConfigError
+from verl_prime_lora.checks import environment_checks
+from verl_prime_lora.checks.config_checks import validate_prime_config
+from verl_prime_lora.checks.environment_checks import NCCL_CHECK, SDPA_OVERRIDES, check_environment
+
+SEED = ("+recipe=prime_lora", "actor_rollout_ref.model.path=/m")
+COLOCATED = ("+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m")
+
+
+def without(monkeypatch, *missing):
+    """`check_environment` on a machine where the named modules are not installed (and every other one is)."""
+    monkeypatch.setattr(environment_checks, "installed", lambda module: module not in missing)
+
+
+# -- the strategy -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["prime_lora", "prime_lora_colocated", "[prime_lora,cpu]"])
+def test_the_recipes_run_fsdp2_for_actor_reference_and_prm(recipe):
+    """The GPU recipes pin the strategy the CPU tests run (the CPU preset cannot run FSDP1)."""
+    cfg = compose_ppo(f"+recipe={recipe}", "actor_rollout_ref.model.path=/m")
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.strategy == actor.fsdp_config.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.ref.fsdp_config.strategy == "fsdp2"
+    assert cfg.prime.prm.engine.strategy == "fsdp2"
+
+
+# -- fp32 log-probs from a bf16 model ---------------------------------------------------------------------------
+
+
+def test_fused_log_probs_are_the_fp32_log_softmax_of_the_bf16_logits():
+    """`model.use_fused_kernels` (the recipe's): veRL's torch fused linear + log-softmax takes the bf16 model's
+    logits to fp32 before the softmax. veRL's default path without flash-attn (`logprobs_from_logits` → a row-wise
+    bf16 log_softmax) rounds each log-prob to bf16, 0.03 nats at log p ≈ -5: more than a young PRM's log-ratio."""
+    from verl.utils.experimental.torch_functional import FusedLinearForPPO
+    from verl.utils.torch_functional import FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE, logprobs_from_logits
+
+    assert not FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE  # this machine takes veRL's bf16 path when not fused
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(64, 32, generator=gen).to(torch.bfloat16)
+    weight = (torch.randn(1000, 32, generator=gen) * 0.5).to(torch.bfloat16)
+    labels = torch.randint(0, 1000, (64,), generator=gen)
+    logits = hidden @ weight.t()  # bf16, as the model computes them
+    exact = torch.log_softmax(logits.double(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
+
+    fused, _ = FusedLinearForPPO(impl_backend="torch").forward(hidden[None], weight, labels[None], temperature=1.0)
+    assert fused.dtype == torch.float32
+    assert (fused[0].double() - exact).abs().max() < 1e-5
+    default = logprobs_from_logits(logits, labels)
+    assert default.dtype == torch.bfloat16 and (default.double() - exact).abs().max() > 5e-3
+
+
+# -- packages the GPU path imports ------------------------------------------------------------------------------
+
+
+def test_flash_attention_without_flash_attn_is_refused_with_both_fixes(monkeypatch):
+    without(monkeypatch, "flash_attn")
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(compose_ppo(*SEED))
+    message = str(err.value)
+    assert message.startswith("actor_rollout_ref.model.override_config.attn_implementation: is flash_attention_2")
+    assert "pip install --no-build-isolation flash-attn==2.8.3" in message  # veRL 0.9.1's pin
+    assert SDPA_OVERRIDES in message
+    # the way out it names: the actor's overrides, which the PRM follows, pass this check and the config checks
+    fixed = compose_ppo(*SEED, *SDPA_OVERRIDES.split())
+    assert fixed.prime.prm.model.override_config.attn_implementation == "sdpa"
+    check_environment(fixed)
+    validate_prime_config(fixed, check_tokenizers=False)
+
+
+def test_a_lora_prm_with_its_own_flash_attention_is_refused(monkeypatch):
+    without(monkeypatch, "flash_attn")
+    cfg = compose_ppo(
+        *SEED, *SDPA_OVERRIDES.split(), "prime.prm.model.lora_rank=8", "prime.prm.model.override_config={}"
+    )
+    with pytest.raises(PrimeConfigError, match=r"^prime\.prm\.model\.override_config\.attn_implementation: "):
+        check_environment(cfg)
+
+
+def test_flash_attention_with_flash_attn_and_the_cpu_preset_pass(monkeypatch):
+    without(monkeypatch)
+    check_environment(compose_ppo(*SEED))
+    without(monkeypatch, "flash_attn", "cupy")
+    check_environment(compose_ppo("+recipe=[prime_lora,cpu]", "actor_rollout_ref.model.path=/m"))  # sdpa, cpu_zmq
+
+
+def test_the_split_placements_nccl_sync_without_cupy_is_refused(monkeypatch):
+    without(monkeypatch, "cupy")
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(compose_ppo(*SEED))
+    message = str(err.value)
+    assert message.startswith("actor_rollout_ref.rollout.checkpoint_engine.backend: is nccl")
+    assert "pip install cupy-cuda13x==14.0.1" in message and NCCL_CHECK in message
+    check_environment(compose_ppo(*COLOCATED))  # colocated: the in-process `naive` sync, no cupy
+
+
+def test_the_driver_runs_the_environment_checks(monkeypatch):
+    """veRL's validate_config, as main_ppo calls it before Ray, runs them for PRIME runs (and only for those)."""
+    import verl.utils.config as verl_config
+
+    without(monkeypatch, "flash_attn")
+    cfg = compose_ppo(*COLOCATED)
+    with pytest.raises(PrimeConfigError, match=r"attn_implementation: is flash_attention_2"):
+        verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+
+
+# -- the split placement's NCCL weight sync ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def nccl_engine_module(monkeypatch):
+    """veRL's nccl checkpoint engine, imported with a stand-in for cupy (a CUDA library: none on this machine)."""
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = type("ndarray", (), {})
+    cupy.uint8 = "uint8"
+    cupy.zeros = lambda *args, **kwargs: None
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+
+    # the import registers the engine: into a copy of the registry, which the test's end puts back
+    monkeypatch.setattr(CheckpointEngineRegistry, "_registry", dict(CheckpointEngineRegistry._registry))
+    name = "verl.checkpoint_engine.nccl_checkpoint_engine"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    yield importlib.import_module(name)
+    sys.modules.pop(name, None)
+
+
+def test_the_nccl_weight_sync_imports_with_cupy_and_registers(nccl_engine_module):
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+
+    assert CheckpointEngineRegistry.get("nccl") is nccl_engine_module.NCCLCheckpointEngine
+
+
+def test_the_nccl_topology_of_the_seed_layout_is_one_sender_and_one_receiver(nccl_engine_module):
+    """1 trainer GPU (actor rank 0 sends) + 1 vLLM GPU (receives): one NCCL group of two, rank 0 the sender."""
+    engine = nccl_engine_module.NCCLCheckpointEngine
+    master = nccl_engine_module.MasterMetadata(zmq_ip="10.0.0.1", zmq_port=5555, multi_sender=True)
+    actor_kwargs, rollout_kwargs = engine.build_topology(
+        actor_wg_world_size=1,
+        rollout_world_size=1,
+        metadata=[nccl_engine_module.WorkerMetadata(node_id="gpu0-node", master=master)],
+    )
+    assert actor_kwargs == {"rank": [0], "world_size": [2], "master_metadata": [master], "num_senders": [1]}
+    assert rollout_kwargs == {"rank": [1], "world_size": [2], "master_metadata": [master], "num_senders": [1]}
