@@ -35,9 +35,6 @@ def write_checkpoint(root, update_size=None):
             for name, param in model.named_parameters():
                 if "lora_B" in name:
                     param.mul_(scale)
-        for name, param in model.named_parameters():  # veRL's merger stores weights in bf16:
-            if "lora_" in name:  # make the adapter exactly representable
-                param.copy_(param.bfloat16().float())
     actor = root / "global_step_3" / "actor"
     (actor / "huggingface").mkdir(parents=True)
     torch.save(model.state_dict(), actor / "model_world_size_1_rank_0.pt")
@@ -62,7 +59,7 @@ def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
     checkpoint, base_path, tokens, expected = trained
     paths = export(checkpoint, tmp_path / "out", merged=True, base_model=str(base_path))
     adapter_config = json.loads((paths["adapter"] / "adapter_config.json").read_text())
-    # r/alpha from veRL's merger, dropout from the plugin's entry in lora_train_meta.json
+    # r, alpha and the dropout from lora_train_meta.json (veRL writes r and alpha, the plugin the dropout)
     assert (adapter_config["r"], adapter_config["lora_alpha"], adapter_config["lora_dropout"]) == (8, 32, 0.05)
     assert adapter_config["base_model_name_or_path"] == str(base_path)
     assert set(adapter_config["target_modules"]) == {
@@ -92,8 +89,8 @@ def test_not_a_checkpoint_is_named(tmp_path):
 
 
 def test_merged_keeps_the_float32_base_so_an_update_below_bf16_resolution_survives(tmp_path):
-    """Without --base_model the merged weights are float32 (the actor's dtype), not the merger's bf16: a
-    ~3e-6 update (bf16's step at these weights is ~1e-4) is in them, on top of the bf16-rounded base."""
+    """Without --base_model the merged weights are float32 (the actor's dtype) and the base is the checkpoint's own
+    fp32 copy: a ~3e-6 update (bf16's step at these weights is ~1e-4) is in them, on top of the exact base."""
     checkpoint, base_path, _, _, model = write_checkpoint(tmp_path / "ckpt", update_size=3e-6)
     q_proj = model.base_model.model.model.layers[0].self_attn.q_proj
     base_weight, update = q_proj.base_layer.weight.detach().clone(), q_proj.get_delta_weight("default").detach()
@@ -103,7 +100,7 @@ def test_merged_keeps_the_float32_base_so_an_update_below_bf16_resolution_surviv
     weights = load_file(paths["merged"] / "model.safetensors")
     assert {w.dtype for w in weights.values()} == {torch.float32}
     assert json.loads((paths["merged"] / "config.json").read_text())["dtype"] == "float32"
-    merged_update = weights["model.layers.0.self_attn.q_proj.weight"] - base_weight.bfloat16().float()
+    merged_update = weights["model.layers.0.self_attn.q_proj.weight"] - base_weight
     torch.testing.assert_close(merged_update, update, rtol=0, atol=2e-8)
 
     main([str(checkpoint), "--out", str(tmp_path / "out_bf16"), "--merged", "--dtype", "bfloat16"])

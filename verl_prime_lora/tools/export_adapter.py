@@ -2,38 +2,32 @@
 
     python -m verl_prime_lora.tools.export_adapter CKPT/global_step_N --out exported/global_step_N [--merged]
 
-veRL's trainer saves FSDP shards (``actor/model_world_size_W_rank_R.pt``), not a PEFT folder. veRL's
-own merger (`verl.model_merger`, FSDP backend) gathers the shards and splits them into the base
-weights and a ``lora_adapter/`` folder; this command runs it and leaves
+veRL's trainer saves FSDP shards (``actor/model_world_size_W_rank_R.pt``), not a PEFT folder. This command joins
+every rank's shard (`verl_prime_lora.tools.checkpoints.full_state`) and leaves
 
 * ``OUT/adapter``: ``adapter_config.json`` + ``adapter_model.safetensors``, usable as the seed
   documents it — ``PeftModel.from_pretrained(base, OUT/adapter).merge_and_unload()``;
 * ``OUT/merged`` (with ``--merged``): the base model with the adapter merged in, plus the tokenizer.
 
-The merge is computed and written in the base's dtype unless ``--dtype`` says otherwise: ``--base_model``'s
-own (its config.json ``dtype``/``torch_dtype``, else its weights'), or without it the actor's (the
-checkpoint's ``huggingface/config.json``, else its shards'). A float32 base must stay float32: bf16 keeps
-8 significant bits, so a LoRA update below ~2e-3 of the weight it changes would round away. Without
-``--base_model`` the base weights come from veRL's merger, which stores them in bf16, so the merged
-float32 model is the bf16-rounded base plus the update (added in float32); pass ``--base_model`` for the
-exact base.
+The adapter keeps the checkpoint's precision (the actor's fp32 master weights): veRL's own merger
+(`verl.model_merger`) writes LoRA weights in bf16, whose 8 significant bits move a trained adapter's logits
+visibly (0.16 on the e2e test's tiny model). The merge is computed and written in the base's dtype unless
+``--dtype`` says otherwise: ``--base_model``'s own (its config.json ``dtype``/``torch_dtype``, else its weights'),
+or without it the actor's, whose base weights then come from the checkpoint itself. A float32 base must stay
+float32: bf16 keeps 8 significant bits, so a LoRA update below ~2e-3 of the weight it changes would round away.
 
-The merger records only r, alpha and the task type. ``lora_dropout`` comes from ``--lora_dropout``,
-else from the checkpoint's ``lora_train_meta.json`` (this plugin records it there, see
-verl_prime_lora/integration/patches.py); ``base_model_name_or_path`` from ``--base_model``. Dropout matters
-only to continue training.
+r and alpha come from the checkpoint's ``lora_train_meta.json`` (veRL writes them), the target modules from the
+adapter's weights. ``lora_dropout`` comes from ``--lora_dropout``, else from ``lora_train_meta.json`` (this plugin
+records it there, see verl_prime_lora/integration/patches.py); ``base_model_name_or_path`` from ``--base_model``.
+Dropout matters only to continue training.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import shutil
-import tempfile
 from pathlib import Path
-
-logger = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -60,6 +54,25 @@ def _checkpoint_dtype(actor: Path) -> str:
     return str(next(t.dtype for t in state.values() if torch.is_floating_point(t))).removeprefix("torch.")
 
 
+def _lora_meta(actor: Path) -> dict:
+    meta_path = actor / "lora_train_meta.json"
+    if not meta_path.is_file():
+        raise ValueError(
+            f"{actor}: no lora_train_meta.json — the checkpoint holds no LoRA adapter "
+            "(was actor_rollout_ref.model.lora_rank 0?)"
+        )
+    return json.loads(meta_path.read_text())
+
+
+def adapter_state(state: dict) -> dict:
+    """The LoRA tensors of a PEFT model's state dict under the names a saved PEFT adapter uses (no adapter name)."""
+    return {
+        name.replace(".default.weight", ".weight"): tensor.contiguous()
+        for name, tensor in state.items()
+        if ".lora_A.default." in name or ".lora_B.default." in name
+    }
+
+
 def export(
     checkpoint: str | Path,
     out: str | Path,
@@ -73,57 +86,57 @@ def export(
     Returns their paths."""
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    from verl.model_merger.base_model_merger import ModelMergerConfig
-    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    from verl_prime_lora.tools import checkpoints
 
     actor, out = _actor_dir(Path(checkpoint)), Path(out)
+    meta = _lora_meta(actor)
+    lora = adapter_state(checkpoints.full_state(actor))
+    if not lora:
+        raise ValueError(f"{actor}: the checkpoint's shards hold no LoRA weights")
     paths = {"adapter": out / "adapter"}
-    with tempfile.TemporaryDirectory() as scratch:
-        config = ModelMergerConfig(
-            operation="merge",
-            backend="fsdp",
-            local_dir=str(actor),
-            target_dir=scratch,
-            hf_model_config_path=str(actor / "huggingface"),
-        )
-        FSDPModelMerger(config).merge_and_save()
-        lora = Path(scratch) / "lora_adapter"
-        if not lora.is_dir():
-            raise ValueError(
-                f"{actor}: the checkpoint holds no LoRA weights (was actor_rollout_ref.model.lora_rank 0?)"
-            )
-        shutil.rmtree(paths["adapter"], ignore_errors=True)
-        shutil.copytree(lora, paths["adapter"])
-        adapter_config_path = paths["adapter"] / "adapter_config.json"
-        adapter_config = json.loads(adapter_config_path.read_text())
-        meta_path = actor / "lora_train_meta.json"
-        if lora_dropout is None and meta_path.is_file():
-            lora_dropout = json.loads(meta_path.read_text()).get("lora_dropout")
-        if lora_dropout is not None:
-            adapter_config["lora_dropout"] = lora_dropout
-        adapter_config["base_model_name_or_path"] = base_model or adapter_config.get("base_model_name_or_path")
-        adapter_config_path.write_text(json.dumps(adapter_config, indent=2))
-        if merged:
-            paths["merged"] = out / "merged"
-            if base_model is None:
-                # the merger's copy of the base is bf16 whatever the actor's dtype: name the actor's instead
-                dtype = dtype or _checkpoint_dtype(actor)
-                logger.info(
-                    "merged: base weights from veRL's bf16 copy, merged and written in %s "
-                    "(--base_model gives the exact base)",
-                    dtype,
-                )
-            _merge(base_model or scratch, paths["adapter"], paths["merged"], dtype or "auto")
+    shutil.rmtree(paths["adapter"], ignore_errors=True)
+    config = LoraConfig(
+        r=int(meta["r"]),
+        lora_alpha=meta["lora_alpha"],
+        lora_dropout=float(lora_dropout if lora_dropout is not None else meta.get("lora_dropout", 0.0) or 0.0),
+        target_modules=sorted({name.split(".lora_")[0].rsplit(".", 1)[-1] for name in lora}),
+        task_type=meta.get("task_type", "CAUSAL_LM"),
+        base_model_name_or_path=base_model,
+    )
+    config.save_pretrained(paths["adapter"])
+    save_file(lora, paths["adapter"] / "adapter_model.safetensors", metadata={"format": "pt"})
+    if merged:
+        paths["merged"] = out / "merged"
+        base = base_model or str(actor / "huggingface")
+        _merge(base, actor if base_model is None else None, paths["adapter"], paths["merged"], dtype or "auto")
     return paths
 
 
-def _merge(base_dir: str, adapter: Path, target: Path, dtype: str) -> None:
-    """Load the base in ``dtype`` ("auto": its own), merge the adapter in that dtype, save model and tokenizer."""
+def _merge(base_dir: str, base_checkpoint: Path | None, adapter: Path, target: Path, dtype: str) -> None:
+    """The base (``base_dir``'s weights, or with ``base_checkpoint`` the actor's own base weights from its shards) in
+    ``dtype`` ("auto": its own) with the adapter merged in that dtype; saves model and tokenizer."""
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
+    if base_checkpoint is None:
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
+    else:
+        from verl_prime_lora.tools import checkpoints
+
+        base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_dir))
+        weights = {
+            name.removeprefix("base_model.model.").replace(".base_layer.", "."): tensor
+            for name, tensor in checkpoints.full_state(base_checkpoint).items()
+            if ".lora_" not in name
+        }
+        base.load_state_dict(weights, strict=True)
+        if dtype == "auto":
+            dtype = _checkpoint_dtype(base_checkpoint)
+        base = base.to(getattr(torch, dtype))
     PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(target)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(target)
 
@@ -146,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--base_model",
         default=None,
-        help="record this base model path/name in adapter_config; --merged merges into it (exact "
-        "weights) instead of veRL's bf16 copy of the base",
+        help="record this base model path/name in adapter_config; --merged merges into it instead of the "
+        "checkpoint's own copy of the base",
     )
     parser.add_argument(
         "--dtype",
