@@ -84,6 +84,9 @@ DEMO_OVERRIDES = [
     "prime.prm.infer_micro_batch_size_per_gpu=64",
     "trainer.val_before_train=true",
     "trainer.save_freq=-1",
+    # The CPU setting the findings measured, not the seed's loss: no KL term, the token mean over the batch
+    "actor_rollout_ref.actor.use_kl_loss=false",
+    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
 ]
 RUN_ENV = {"WANDB_SILENT": "true", "WANDB_CONSOLE": "off", "WANDB_X_DISABLE_STATS": "true"}
 
