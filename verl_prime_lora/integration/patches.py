@@ -8,8 +8,8 @@ for every run (a key veRL defines but its FSDP engine ignores; a crash of the sp
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
    For a PRIME run the wrapper runs `input_checks.check_devices` first (a missing device is blamed as
-   such, not as the micro-batch arithmetic that assumed it), `environment_checks.check_environment` (the
-   packages the configured GPU path imports), then `config_checks.validate_prime_config`,
+   such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
+   `environment_checks.check_environment` (the packages the configured GPU path imports),
    then `input_checks.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
    the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
    key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
@@ -92,8 +92,8 @@ def install_driver_validation() -> None:
         check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
         if is_prime_run(config):
             check_devices(config)  # the devices first: the config checks' micro-batch arithmetic assumes them
-            check_environment(config)  # the packages the configured GPU path imports (flash-attn, cupy)
             validate_prime_config(config, check_tokenizers=False)  # the config's keys: no file is read
+            check_environment(config)  # the packages the configured GPU path imports (flash-attn, cupy)
             check_files_and_code(config)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
             if _is_main_ppo_driver():
                 reap_after_driver()  # the run's processes end with the driver, however it ends
