@@ -1,4 +1,4 @@
-"""The configuration reference (`verl_prime_lora.tools.config_reference`): the README's copy is the table the
+"""The configuration reference (`verl_prime_lora.tools.config_reference`): docs/configuration.md's copy is the table the
 typed dataclasses of `verl_prime_lora.algo.prime_config` generate, and every dataclass field has its docstring
 entry (the table's "meaning")."""
 
@@ -25,15 +25,15 @@ from verl_prime_lora.tools.config_reference import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "configuration.md"
 SECTIONS = (PrimeConfig, PrmConfig, AdvantageConfig)
 
 
-def test_the_readme_holds_the_generated_table():
-    block = between_markers(README.read_text(encoding="utf-8"))
-    assert block is not None, f"README.md lacks the {START_MARKER} ... {END_MARKER} block"
+def test_the_configuration_doc_holds_the_generated_table():
+    block = between_markers(REFERENCE.read_text(encoding="utf-8"))
+    assert block is not None, f"docs/configuration.md lacks the {START_MARKER} ... {END_MARKER} block"
     assert block == render(), (
-        "README.md's configuration reference and the dataclasses of verl_prime_lora/algo/prime_config.py "
+        "docs/configuration.md's configuration reference and the dataclasses of verl_prime_lora/algo/prime_config.py "
         f"disagree: regenerate the table with `{REGENERATE}`"
     )
 

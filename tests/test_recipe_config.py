@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import verl
+import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import verl_prime_lora.integration.plugin as verl_plugin
 from verl_prime_lora.integration import hydra_search_path
@@ -80,6 +82,7 @@ import json, sys
 import verl
 plugin_loaded = "verl_prime_lora.integration.plugin" in sys.modules
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 with initialize_config_dir(config_dir={VERL_CONFIG_DIR!r}, version_base=None):
@@ -149,3 +152,34 @@ def test_cpu_preset_gives_ray_the_gpus_of_the_layout(recipe, overrides, gpus):
     assert cfg.ray_kwargs.ray_init.num_gpus == gpus
     explicit = compose_ppo(f"+recipe={recipes}", *overrides, "ray_kwargs.ray_init.num_gpus=7")
     assert explicit.ray_kwargs.ray_init.num_gpus == 7
+
+
+def readme_common_keys() -> list[tuple[str, str]]:
+    """(key, recipe value as written) of each row of the README's table of the keys people change most."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- common-keys:start -->")[1].split("<!-- common-keys:end -->")[0]
+    out = []
+    for line in block.splitlines():
+        if line.startswith("| `"):
+            keys, value = (cell.strip() for cell in line.strip().strip("|").split("|")[:2])
+            out += [(key.strip("` "), value.strip("`")) for key in keys.split(",")]
+    return out
+
+
+def test_the_readmes_common_keys_exist_with_the_values_it_gives():
+    cfg = compose_ppo("+recipe=prime_lora")
+    rows = readme_common_keys()
+    assert len(rows) >= 10
+    for key, value in rows:
+        assert OmegaConf.select(cfg, key, default="<absent>") != "<absent>", key
+        if value != "–":
+            actual = OmegaConf.select(cfg, key)
+            expected = float(value) if isinstance(actual, float) else yaml.safe_load(value)
+            assert actual == expected, (key, actual, value)
+
+
+def test_the_readmes_sdpa_way_out_is_the_drivers():
+    from verl_prime_lora.checks.environment_checks import SDPA_OVERRIDES
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert SDPA_OVERRIDES in readme

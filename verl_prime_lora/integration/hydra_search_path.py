@@ -27,7 +27,8 @@ def config_root() -> Path:
     if group_dir.name != RECIPE_GROUP or not any(group_dir.glob("*.yaml")):
         raise FileNotFoundError(
             f"verl-prime-lora: the Hydra config group '{RECIPE_GROUP}' is not installed at {group_dir}; "
-            "reinstall the package (pip install verl-prime-lora) so that `+recipe=prime_lora` resolves"
+            "reinstall the package (`pip install -e .` in a checkout, or its wheel: docs/install.md) so that "
+            "`+recipe=prime_lora` resolves"
         )
     return group_dir.parent
 

@@ -1,7 +1,7 @@
 """The configuration reference of `prime.*`, `prime.prm.*` and `algorithm.prime.*` as a markdown table.
 
     python -m verl_prime_lora.tools.config_reference                 # print the table
-    python -m verl_prime_lora.tools.config_reference --write README.md   # replace the README's copy
+    python -m verl_prime_lora.tools.config_reference --write docs/configuration.md   # replace its copy
 
 The table is generated from the typed dataclasses of `verl_prime_lora.algo.prime_config`, which hold every
 PRIME setting's default and checks: `PrimeConfig` (`prime.*`), `PrmConfig` (`prime.prm.*`, expanded in
@@ -10,7 +10,7 @@ its full key, its default and its meaning, the field's entry in its class's `Arg
 `prime.prm.{model,engine,optim,checkpoint}` are veRL's own schemas, which the recipe composes and the PRM
 worker types with veRL's dataclasses: one row each, pointing to veRL's config.
 
-The README holds a copy between `<!-- config-reference:start -->` and `<!-- config-reference:end -->`;
+docs/configuration.md holds a copy between `<!-- config-reference:start -->` and `<!-- config-reference:end -->`;
 tests/test_config_reference.py fails when that copy and the dataclasses disagree. Imports neither veRL,
 torch nor Ray.
 """
@@ -29,7 +29,7 @@ from verl_prime_lora.algo.prime_config import PRM_VERL_SECTIONS, AdvantageConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
-REGENERATE = "python -m verl_prime_lora.tools.config_reference --write README.md"
+REGENERATE = "python -m verl_prime_lora.tools.config_reference --write docs/configuration.md"
 
 # The sections of the reference, in order: (typed class, its key). A field whose type is one of these
 # classes is expanded as that section's rows at its place.
