@@ -14,6 +14,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    override); with a LoRA PRM (reference = adapter disabled), update `after`, its pre-update log-probs
    checked like `first`'s from step 2 (step 1 of a process makes a LoRA PRM's forward of its own).
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
+   It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded.
 5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
 
@@ -23,7 +24,8 @@ resumed run restores the PRM exactly (every rank's weights, Adam state and sched
 saves them back bit for bit, and the process gate's running mean with it. Runs 1, 3 and 4 (a large actor lr,
 the peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated
 replicas), the merged LoRA weights (standalone replica over `cpu_zmq`), the full weights (colocated) — and
-that their checkpoints load into a plain HF (+PEFT) model.
+that their checkpoints load into a plain HF (+PEFT) model. Run 1's last checkpoint is exported to a PEFT adapter
+and evaluated with vLLM (`tools.export_adapter`, `tools.eval`).
 """
 
 import contextlib
@@ -312,6 +314,48 @@ def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_ass
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 7, 9]])).logits).all()
 
 
+def test_the_trained_adapter_exports_and_evaluates_with_vllm(first, tiny_assets, tmp_path):
+    """The user's path after training: `tools.export_adapter` on the last checkpoint (two ranks' FSDP2 shards), the
+    PEFT adapter it writes reproduces the trained actor, and `tools.eval` serves it with vLLM beside the base model
+    (greedy: only the adapter can make their answers differ)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from verl_prime_lora.tools import eval as ev
+
+    step = first["ckpt"] / "global_step_3"
+    out = tmp_path / "exported"
+    export = [sys.executable, "-m", "verl_prime_lora.tools.export_adapter", str(step), "--out", str(out)]
+    subprocess.run([*export, "--base_model", str(tiny_assets["model"])], check=True, capture_output=True, timeout=300)
+    tokens = torch.tensor([[1, 5, 7, 9, 11, 13]])
+    trained = load_actor(step, lora=True, world_size=RANKS).eval()
+    exported = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_assets["model"]), out / "adapter")
+    with torch.no_grad():
+        torch.testing.assert_close(exported.eval()(tokens).logits, trained(tokens).logits, rtol=1e-4, atol=1e-4)
+
+    results, plot = tmp_path / "results.json", tmp_path / "accuracy.png"
+    sampling = ["--n", "1", "--temperature", "0", "--max_tokens", "12", "--max_model_len", "256"]
+    engine = ["--gpu_memory_utilization", "0.1", "--enforce_eager", "--dtype", "float32"]
+    benchmarks = ["--benchmarks", f"tiny={tiny_assets['test']}", f"tiny_again={tiny_assets['test']}"]
+    report = ev.main(
+        ["--base", str(tiny_assets["model"]), "--adapters", str(out / "adapter"), *benchmarks, *sampling, *engine]
+        + ["--max_samples", "4", "--out", str(results), "--plot", str(plot)]
+    )
+    saved = json.loads(results.read_text())
+    assert saved["pass@1"] == report["pass@1"] and set(saved["pass@1"]) == {ev.BASE_LABEL, str(out / "adapter")}
+    for scores in saved["pass@1"].values():
+        assert set(scores) == {"tiny", "tiny_again", "average"} and all(0 <= v <= 1 for v in scores.values())
+    base = [g["responses"] for g in saved["generations"][ev.BASE_LABEL]["tiny"]]
+    tuned = [g["responses"] for g in saved["generations"][str(out / "adapter")]["tiny"]]
+    assert len(base) == 4 and all(len(r) == 1 for r in base)
+    assert base != tuned
+    for per_benchmark in saved["stats"].values():
+        for stats in per_benchmark.values():
+            assert stats["completions"] == 4 and 4 <= stats["completion_tokens"] <= 4 * 12
+            assert 0 <= stats["truncated"] <= 4 and stats["seconds"] > 0
+    assert plot.is_file()
+
+
 @pytest.fixture(scope="module")
 def split(workdir, tiny_assets, cluster):
     """The split recipe on a two-node Ray cluster of one GPU per node: its trainer pool (actor + PRM, 1 GPU) and
@@ -402,7 +446,8 @@ def test_prm_update_on_two_ranks_equals_the_update_on_one(prm_on_one_rank, prm_o
 def frozen_reference(workdir, tiny_assets):
     """A full-parameter actor: nothing to borrow the reference from, so the PRM gets a frozen,
     forward-only copy of its initial weights (veRL's forward-only FSDP2 engine). Every step ships all
-    weights into the live vLLM engine."""
+    weights into the live vLLM engine. The paper's estimator (`prime_rloo`) with the process term at full weight
+    from step 1 (no gate), and the actor's and the PRM's weights and Adam states offloaded between phases."""
     return _run(
         workdir,
         tiny_assets,
@@ -410,6 +455,10 @@ def frozen_reference(workdir, tiny_assets):
         "actor_rollout_ref.model.lora_rank=0",
         FULL_SYNC_LR,
         "trainer.total_training_steps=2",
+        "algorithm.adv_estimator=prime_rloo",
+        "algorithm.prime.process_gate=null",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",  # the PRM's engine follows these two keys
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
     )
 
 
@@ -426,6 +475,15 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
     for step in steps:
         assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
+
+
+def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_reference):
+    """Ungated `prime_rloo`: from step 1 (the PRM updated before its rewards are taken) the process part of the
+    advantage is not 0, beside the outcome part, with every state offloaded."""
+    for step in frozen_reference["steps"]:
+        assert step["prm/process_gate"] == 1.0
+        assert step["prm/advantage/process_abs_mean"] > 0 and step["prm/advantage/outcome_abs_mean"] > 0
+        assert "prm/process_groups_on" not in step  # the leave-one-out process part has no std threshold
 
 
 # The runs on the two-node cluster come last: the cluster fixture lives until the module ends, and a
