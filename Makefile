@@ -52,10 +52,11 @@ smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
 # The unit tier on both cores (pytest-xdist; no unit test starts Ray or binds a fixed port), then the e2e runs of
-# main_ppo one at a time (each uses every core; the two-node cluster must be the only Ray on the machine).
+# main_ppo two at a time (each test file keeps the tests of one run on one worker: xdist_group; two launches
+# side by side finish sooner than one after the other, their start-ups being largely single-threaded).
 test: lint
 	$(PY) -m pytest -q -m "not e2e" -n 2 --durations=30
-	$(PY) -m pytest -q -m e2e --durations=30
+	$(PY) -m pytest -q -m e2e -n 2 --dist loadgroup --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -24,7 +24,8 @@ Extras
   or the sdpa overrides avoid it (docs/install.md). ``make check-gpu-extra`` checks that the extra resolves
   with every package the GPU path imports.
 - ``test``: pytest (with pytest-xdist: the unit tier runs on every core) + hypothesis, and ruff (lint and format
-  check, veRL's settings in ruff.toml).
+  check, veRL's settings in ruff.toml). pytest 9.1.1, not 9.2: with 9.2 xdist 3.8 ignores ``xdist_group``, and
+  the e2e tier would make each run on both workers (``tests/test_e2e_scheduling.py``).
 """
 
 from setuptools import find_packages, setup
@@ -52,7 +53,10 @@ setup(
     python_requires=">=3.10,<3.13",  # as veRL 0.9.1
     # `recipe/` (repo root) is the Hydra config group; it installs as the data package
     # `verl_prime_lora.recipe`, which verl_prime_lora/integration/hydra_search_path.py puts on Hydra's search path.
-    packages=find_packages(include=["verl_prime_lora", "verl_prime_lora.*"]) + ["verl_prime_lora.recipe"],
+    # `hydra_plugins.verl_prime_lora`: Hydra's own plugin scan finds the config group through it, whether or not veRL
+    # loads the `verl.plugins` entry point below (verl_prime_lora/integration/plugin_state.py).
+    packages=find_packages(include=["verl_prime_lora", "verl_prime_lora.*"])
+    + ["verl_prime_lora.recipe", "hydra_plugins.verl_prime_lora"],
     package_dir={"verl_prime_lora.recipe": "recipe"},
     package_data={"verl_prime_lora.recipe": ["*.yaml"]},
     install_requires=[
@@ -81,7 +85,7 @@ setup(
         # As veRL 0.9.1's `vllm` extra (torch 2.11 comes with vLLM), plus cupy for the `nccl` weight sync
         # of the split placement (veRL's `cupy-cu130` extra). Not exercised here (no GPU machine).
         "gpu": ["vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
-        "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "ruff==0.12.2"],
+        "test": ["pytest==9.1.1", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "ruff==0.12.2"],
     },
     entry_points={
         # veRL imports every `verl.plugins` entry point in every process that imports verl

@@ -119,7 +119,7 @@ def test_the_trainer_checks_the_actor_update_after_verl_made_it(monkeypatch):
 
     monkeypatch.setattr(PPOTrainer, "_update_actor", verl_update)
     trainer = object.__new__(trainer_module.PrimeTrainerSync)
-    trainer.global_steps = 7
+    trainer.global_steps, trainer.watchdog = 7, trainer_module.StepWatchdog()
     with pytest.raises(NonFiniteError, match=r"^actor_rollout_ref\.actor: step 7: .*its grad norm was finite"):
         trainer._update_actor("batch", {})
 

@@ -649,8 +649,12 @@ def test_resume_from_a_checkpoint_of_another_world_size(assets, tmp_path):
 
 def test_prime_resume_needs_the_prm_state(assets, tmp_path):
     folder = fake_checkpoint(tmp_path / "ckpt", 2, actor_ranks=1, prm_ranks=None)
-    pattern = rf"^trainer\.default_local_dir: .*resumes from {esc(folder)}, which holds no PRM state"
+    pattern = (
+        rf"^trainer\.default_local_dir: trainer\.resume_mode=auto: the latest checkpoint, {esc(folder)}, holds no "
+        r"PRM state .*, and no other step folder of .* is complete\. Nothing was deleted"
+    )
     fails(config(assets, f"trainer.default_local_dir={tmp_path / 'ckpt'}"), pattern)
+    fails(config(assets, *resume(folder)), rf"^trainer\.resume_from_path: .*{esc(folder)}, which holds no PRM state")
     # a plain veRL trainer has no PRM to restore
     check_inputs(
         config(
@@ -680,8 +684,8 @@ def test_a_truncated_prm_shard_is_named_before_ray(assets, tmp_path):
     shard = folder / "prm" / "optim_world_size_1_rank_0.pt"
     truncate(shard)
     pattern = (
-        rf"^trainer\.resume_from_path: trainer\.resume_mode=resume_path resumes from {esc(folder)}, and 1 of the "
-        rf"files it would read cannot be opened: {esc(shard)} is not the zip archive torch\.save writes "
+        rf"^trainer\.resume_from_path: trainer\.resume_mode=resume_path resumes from {esc(folder)}, which has 1 "
+        rf"file the resume reads that cannot be opened: {esc(shard)} is not the zip archive torch\.save writes "
         r"\(\d+ bytes; BadZipFile"
     )
     message = fails(config(assets, *resume(folder)), pattern)
@@ -695,7 +699,7 @@ def test_every_broken_file_of_the_resume_is_named(assets, tmp_path):
     truncate(folder / "data.pt")
     (folder / "prm" / "model_world_size_2_rank_1.pt").write_bytes(b"not a zip")
     ranks = ("trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2")
-    message = fails(config(assets, *resume(folder), *ranks), r"^trainer\.resume_from_path: .*3 of the files")
+    message = fails(config(assets, *resume(folder), *ranks), r"^trainer\.resume_from_path: .*has 3 files the resume")
     assert f"{folder / 'actor' / 'extra_state_world_size_2_rank_1.pt'} is missing" in message
     assert f"{folder / 'data.pt'} is not the zip archive torch.save writes" in message
     assert f"{folder / 'prm' / 'model_world_size_2_rank_1.pt'} is not the zip archive torch.save writes" in message
@@ -731,3 +735,44 @@ def test_prime_state_may_be_absent_but_not_corrupt(assets, tmp_path):
     state.unlink()  # a checkpoint older than the file: the trainer warns and restarts the gate at 1/2
     (folder / "data.pt").unlink()  # veRL too starts its dataloader afresh without it
     check_inputs(config(assets, *resume(folder)))
+
+
+def auto_resume(assets, root: Path):
+    return config(assets, f"trainer.default_local_dir={root}")
+
+
+def test_auto_resume_steps_past_an_incomplete_latest_checkpoint(assets, tmp_path, caplog):
+    """A crash while step 2 was saved (its PRM shard cut short) after the tracker had moved on: the newest complete
+    step resumes instead, the config says so, one line names what was skipped, and nothing is deleted."""
+    root = tmp_path / "ckpt"
+    complete = fake_checkpoint(root, 1, actor_ranks=1, prm_ranks=1)
+    broken = fake_checkpoint(root, 2, actor_ranks=1, prm_ranks=1)
+    truncate(broken / "prm" / "model_world_size_1_rank_0.pt")
+    cfg = auto_resume(assets, root)
+    with caplog.at_level("WARNING"):
+        check_inputs(cfg)
+    assert (cfg.trainer.resume_mode, cfg.trainer.resume_from_path) == ("resume_path", str(complete))
+    (line,) = [r.getMessage() for r in caplog.records if "trainer.resume_mode=auto" in r.getMessage()]
+    assert f"the latest checkpoint, {broken}, has 1 file the resume reads that cannot be opened" in line
+    assert f"Resuming from the newest complete checkpoint, {complete}" in line and "nothing was deleted" in line
+    assert (broken / "prm" / "model_world_size_1_rank_0.pt").exists()
+
+
+@pytest.mark.parametrize("tracker", ["", "2\x00", "7"])
+def test_auto_resume_past_a_torn_tracker_or_a_missing_folder_takes_the_newest_complete_step(assets, tmp_path, tracker):
+    root = tmp_path / "ckpt"
+    fake_checkpoint(root, 1, actor_ranks=1, prm_ranks=1)
+    newest = fake_checkpoint(root, 2, actor_ranks=1, prm_ranks=1)
+    (root / "latest_checkpointed_iteration.txt").write_text(tracker)  # a torn write, or a step that is not there
+    cfg = auto_resume(assets, root)
+    check_inputs(cfg)
+    assert (cfg.trainer.resume_mode, cfg.trainer.resume_from_path) == ("resume_path", str(newest))
+
+
+def test_an_auto_resume_whose_checkpoint_is_whole_is_left_to_verl(assets, tmp_path):
+    root = tmp_path / "ckpt"
+    fake_checkpoint(root, 1, actor_ranks=1, prm_ranks=1)
+    fake_checkpoint(root, 2, actor_ranks=1, prm_ranks=1)
+    cfg = auto_resume(assets, root)
+    check_inputs(cfg)
+    assert cfg.trainer.resume_mode == "auto"

@@ -137,6 +137,19 @@ def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
         timeout=300,
     )
     assert where.stdout.strip() == str(target / "verl_prime_lora"), where.stderr[-2000:]
+    # with veRL's plugin loading off, Hydra's own scan still finds the recipe, and resolving it names the reason
+    off = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=prime_lora", "--cfg", "job", "--resolve"],
+        cwd=workdir,
+        env={**env, "VERL_USE_EXTERNAL_PLUGINS": "none"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert off.returncode != 0
+    assert "veRL did not load the plugin (VERL_USE_EXTERNAL_PLUGINS=none turns veRL's plugin loading off)" in (
+        off.stderr
+    ), off.stderr[-3000:]
 
 
 def test_readme_install_block_names_this_repo_its_extras_and_verls_flash_attn(wheel):

@@ -183,3 +183,42 @@ def test_the_readmes_sdpa_way_out_is_the_drivers():
 
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
     assert SDPA_OVERRIDES in readme
+
+
+# --------------------------------------------------------------------------------------------------
+# a recipe composed where veRL did not load the plugin (plugin_state)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "policy, reason",
+    [
+        ("none", "VERL_USE_EXTERNAL_PLUGINS=none turns veRL's plugin loading off"),
+        ("other_plugin", "VERL_USE_EXTERNAL_PLUGINS=other_plugin does not name prime_lora"),
+    ],
+)
+def test_a_recipe_composed_without_the_plugin_stops_before_ray_with_the_reason(monkeypatch, policy, reason):
+    from verl_prime_lora.integration import plugin_state
+
+    cfg = compose_ppo("+recipe=prime_lora")
+    assert cfg.trainer.use_v1 is True  # the plugin is loaded in this process
+    monkeypatch.setattr(plugin_state, "_registered", False)
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", policy)
+    with pytest.raises(Exception) as err:
+        cfg.trainer.use_v1  # noqa: B018 - main_ppo reads it in the driver, before run_ppo starts Ray
+    message = str(err.value)
+    assert "a PRIME recipe (+recipe=prime_lora...) is composed, but veRL did not load the plugin" in message
+    assert reason in message
+
+
+def test_a_plugin_that_failed_to_import_is_named_with_its_error(monkeypatch):
+    from verl_prime_lora.integration import plugin_state
+
+    def failing():
+        raise ImportError("verl-prime-lora could not register: verl_prime_lora.integration.trainer: boom")
+
+    monkeypatch.setattr(plugin_state, "_registered", False)
+    monkeypatch.setattr(plugin_state, "_import_plugin", failing)
+    cfg = compose_ppo("+recipe=prime_lora_colocated")
+    with pytest.raises(Exception, match="importing verl_prime_lora.integration.plugin failed: ImportError: verl-"):
+        cfg.trainer.use_v1  # noqa: B018

@@ -213,6 +213,52 @@ def test_guard_reads_the_prime_config_once_per_worker(monkeypatch):
     assert len(calls) == 1
 
 
+def test_a_reward_call_past_its_time_limit_is_a_failed_row_and_the_batch_goes_on(monkeypatch):
+    """veRL runs the reward function in a thread and waits for ever; the guard gives up after
+    `prime.reward_timeout_s` and scores the row as failed, naming the limit, while the other rows are scored."""
+    import threading
+
+    release = threading.Event()
+
+    def reward_fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        if ground_truth == "1":
+            release.wait(30)  # a grader stuck on a dead socket
+        return {"score": 1.0, "acc": 1.0}
+
+    config = {**PRIME_CONFIG, "prime": {"prm": {"label_key": "acc"}, "reward_timeout_s": 0.2}}
+
+    async def score_batch():
+        worker = _worker(config)
+        worker.reward_manager = NaiveRewardManager(worker.config, _Tokenizer(), reward_fn)
+        return await worker.compute_score_batch(_rows(3))
+
+    try:
+        outputs = run(score_batch)
+    finally:
+        release.set()
+    infos = [o["reward_extra_info"] for o in outputs]
+    assert [info[FAILED_KEY] for info in infos] == [0.0, 1.0, 0.0]
+    assert infos[1][ERROR_KEY] == "TimeoutError: the reward call timed out after 0.2 s (prime.reward_timeout_s)"
+    assert [o["reward_score"] for o in outputs] == [1.0, 0.0, 1.0]
+    account = account_rollouts(
+        ["a_0_0", "a_1_0", "a_2_0"],
+        [False] * 3,
+        [NonTensorData({"reward_extra_info": info}) for info in infos],
+        rollout_n=3,
+        expected_prompts=1,
+    )
+    assert (account.failed, account.timed_out) == (1, 1)
+    assert account.metrics()["reward/timed_out_total"] == 1.0
+
+
+def test_the_reward_time_limit_is_a_prime_key_null_for_none():
+    assert rf.reward_guard(OmegaConf.create(PRIME_CONFIG)).timeout_s == 120.0  # the default: a grader never nears it
+    none = {**PRIME_CONFIG, "prime": {"prm": {"label_key": "acc"}, "reward_timeout_s": None}}
+    assert rf.reward_guard(OmegaConf.create(none)).timeout_s is None
+    with pytest.raises(PrimeConfigError, match=r"^prime\.reward_timeout_s: is 0"):
+        rf.reward_guard(OmegaConf.create({**PRIME_CONFIG, "prime": {"reward_timeout_s": 0}}))
+
+
 def test_other_trainers_keep_verl_behaviour():
     config = {**PRIME_CONFIG, "trainer": {"v1": {"trainer_mode": "sync"}}}
 
@@ -258,6 +304,7 @@ def test_account_counts_failed_dropped_padding_and_group_sizes():
         {
             "reward/failed_total": 1.0,
             "reward/failed_ratio": 1 / 9,
+            "reward/timed_out_total": 0.0,
             "prime/dropped_rollouts_total": 4.0,  # b's rollout 1, and all 3 of c
             "prime/padding_rows_total": 1.0,
             "prime/group_size_min": 0.0,
@@ -459,6 +506,7 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
+    trainer.watchdog = trainer_module.StepWatchdog()
     trainer.config = colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3")
     trainer.prime = prime_config(trainer.config)
     trainer.parameter_sync_step, trainer.global_steps = 1, 4
@@ -588,6 +636,7 @@ def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatc
     monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
+    trainer.watchdog = trainer_module.StepWatchdog()
     trainer.config = colocated(
         "data.train_batch_size=1", "actor_rollout_ref.rollout.n=3", "prime.max_failed_rollout_ratio=1.0"
     )

@@ -3,6 +3,11 @@
 Metrics come from veRL's `file` logger (one JSON line per step), not from parsing the console.
 """
 
+import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -50,3 +55,51 @@ def assert_trained_weights_reached_vllm(run: dict, assets: dict[str, Path], lora
         assert step["training/off_policy/trajectory_staleness/mean"] == 0, step
         assert step["training/rollout_actor_probs_pearson_corr"] > 0.8, step
         assert step["rollout_corr/k3_kl"] < moved / 5, f"rollout/actor KL {step['rollout_corr/k3_kl']} vs {moved}"
+
+
+TEST_RUN_ENV = "PRIME_E2E_RUN"  # set in a test run's environment: every process of the run carries it
+
+
+def pids_of(run: str, command_part: str) -> list[int]:
+    """Live processes of the test run `run` (`TEST_RUN_ENV`) whose command line contains `command_part`."""
+    needle = f"{TEST_RUN_ENV}={run}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ, cmdline = (entry / "environ").read_bytes(), (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and command_part.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def steps_logged(metrics_path: Path) -> int:
+    if not metrics_path.exists():
+        return 0
+    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    return sum("timing_s/step" in line.get("data", line) for line in lines)
+
+
+def kill_after_steps(run: str, metrics_path: Path, steps: int, command_part: str, delay_s: float = 2.0) -> dict:
+    """In the background: once `steps` steps are logged, SIGKILL the run's processes matching `command_part`.
+    Returns a record the test reads (`killed_at`: time.time() of the kill, `pids`)."""
+    record: dict = {}
+
+    def watch():
+        deadline = time.time() + 1200
+        while time.time() < deadline and steps_logged(metrics_path) < steps:
+            time.sleep(0.5)
+        time.sleep(delay_s)  # into the next step
+        record["pids"] = pids_of(run, command_part)
+        record["killed_at"] = time.time()
+        for pid in record["pids"]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    return record

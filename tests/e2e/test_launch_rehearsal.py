@@ -2,20 +2,27 @@
 
 The script runs as a GPU user runs it — the split placement (veRL's `separate_async`: actor + full-parameter PRM
 on the trainer pool, vLLM on its own), sampling one step ahead (`num_warmup_batches=1`), bf16 compute from fp32
-master weights, the seed's rewards — with the changes in `REHEARSAL` and nothing else: the CPU preset appended
-(`RECIPES=cpu`), a tiny model and data, sizes cut to what 2 cores run in minutes. Run 1 trains two steps and
-saves each; run 2 is the same command with one step more, and veRL's default `resume_mode=auto` resumes it.
+master weights, the seed's rewards — with the changes in `REHEARSAL_ENV` and `REHEARSAL_OVERRIDES` and nothing
+else: the CPU preset appended (`RECIPES=cpu`), a tiny model and data, sizes cut to what 2 cores run in minutes.
+Run 1 trains two steps, saving each, and is killed in the middle of step 3's save (the PRM saved, the actor's save
+held up by `slow_save/sitecustomize.py`); run 2 is the same command, and veRL's default `resume_mode=auto` resumes
+it from the last complete checkpoint, step 2, to train step 3 again.
 `test_the_rehearsal_differs_from_the_users_run_only_where_reviewed` (unit tier) holds the full list of keys in
 which the rehearsed run differs from the user's.
 """
 
 import json
 import math
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from loop_runs import TEST_RUN_ENV, pids_of
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,8 +35,8 @@ REHEARSAL_ENV = {
 REHEARSAL_OVERRIDES = (
     "data.max_prompt_length=64",  # 512 / 3584 tokens: minutes per step on 2 cores
     "data.max_response_length=32",
-    "trainer.total_training_steps=2",  # 1500
-    "trainer.save_freq=1",  # 50: a checkpoint to resume from
+    "trainer.total_training_steps=3",  # 1500
+    "trainer.save_freq=1",  # 50: checkpoints to resume from
     "trainer.test_freq=-1",  # 50: validation of a random tiny model says nothing
     "trainer.logger=[console,file]",  # wandb: the metrics come from the file logger here
 )
@@ -62,22 +69,53 @@ def script_env(assets: dict, data_dir: Path, **env) -> dict[str, str]:
     return {**os.environ, **REHEARSAL_ENV, "MODEL": str(assets["model"]), "DATA_DIR": str(data_dir), **env}
 
 
-def rehearse(workdir: Path, assets: dict, name: str, *overrides: str) -> dict:
+def rehearse(workdir: Path, assets: dict, name: str, *overrides: str, interrupt_save_of: int | None = None) -> dict:
+    """Run the script; with `interrupt_save_of=N`, kill its driver once step N's PRM is saved, while the actor's
+    save of step N is held up."""
     import subprocess
 
     log, metrics = workdir / f"{name}.log", workdir / f"{name}.jsonl"
+    run = f"rehearsal_{name}"  # the processes' tag (TEST_RUN_ENV): unique among the e2e runs, which run side by side
     env = script_env(
         assets,
         workdir / "data",
         PYTHON=str(launcher_shim(workdir, log)),
         VERL_FILE_LOGGER_PATH=str(metrics),
+        **{TEST_RUN_ENV: run},
     )
+    if interrupt_save_of is not None:
+        env["PYTHONPATH"] = str(Path(__file__).with_name("slow_save"))
+        env["SLOW_SAVE_PATTERN"] = f"global_step_{interrupt_save_of}/actor/model_"
+        kill_when_saving(run, workdir / "ckpt" / f"global_step_{interrupt_save_of}" / "prm")
     args = [*REHEARSAL_OVERRIDES, f"trainer.default_local_dir={workdir / 'ckpt'}", *overrides]
     proc = subprocess.run(["bash", str(SCRIPT), *args], env=env, cwd=workdir, timeout=1200)
     tail = "\n".join(log.read_text().splitlines()[-40:]) if log.exists() else "(no log)"
-    assert proc.returncode == 0, f"the script exited {proc.returncode}; tail of {log}:\n{tail}"
+    if interrupt_save_of is None:
+        assert proc.returncode == 0, f"the script exited {proc.returncode}; tail of {log}:\n{tail}"
+    else:
+        assert proc.returncode != 0, f"the run was not interrupted; tail of {log}:\n{tail}"
     steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     return {"steps": [s.get("data", s) for s in steps if "timing_s/step" in s.get("data", s)], "log": log}
+
+
+def kill_when_saving(run: str, prm_folder: Path) -> None:
+    """In the background: once the PRM's last file of the step is written (it saves before the actor), SIGKILL the
+    run's driver; the launcher then ends every other process of the run."""
+
+    def watch():
+        deadline = time.time() + 1200
+        while time.time() < deadline and not (prm_folder / "extra_state_world_size_1_rank_0.pt").exists():
+            time.sleep(0.2)
+        time.sleep(1.0)
+        for pid in pids_of(run, "verl.trainer.main_ppo"):
+            os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# the e2e tests of one run stay on one pytest-xdist worker (module-scoped fixtures are per worker)
+def rehearsal_e2e(test):
+    return pytest.mark.e2e(pytest.mark.xdist_group("rehearsal")(test))
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +125,12 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def first_two_steps(workdir, tiny_assets):
-    return rehearse(workdir, tiny_assets, "first")
+    return rehearse(workdir, tiny_assets, "first", interrupt_save_of=3)
 
 
 @pytest.fixture(scope="module")
 def resumed_third_step(workdir, tiny_assets, first_two_steps):
-    return rehearse(workdir, tiny_assets, "resumed", "trainer.total_training_steps=3")
+    return rehearse(workdir, tiny_assets, "resumed")
 
 
 def _prm_state(workdir: Path, step: int) -> dict:
@@ -100,7 +138,7 @@ def _prm_state(workdir: Path, step: int) -> dict:
     return {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}
 
 
-@pytest.mark.e2e
+@rehearsal_e2e
 def test_the_seed_script_trains_the_split_placement_one_step_ahead_in_bf16(first_two_steps):
     steps = first_two_steps["steps"]
     assert len(steps) == 2
@@ -115,22 +153,32 @@ def test_the_seed_script_trains_the_split_placement_one_step_ahead_in_bf16(first
     assert steps[1]["training/off_policy/trajectory_staleness/mean"] == 1
 
 
-@pytest.mark.e2e
+@rehearsal_e2e
+def test_a_save_killed_midway_leaves_the_last_complete_step_published(workdir, first_two_steps):
+    """Killed while step 3's actor was being saved (its PRM already saved): the tracker still names step 2."""
+    ckpt = workdir / "ckpt"
+    assert len(first_two_steps["steps"]) == 2
+    assert (ckpt / "global_step_3" / "prm" / "model_world_size_1_rank_0.pt").exists()
+    assert not (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").exists()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert not pids_of("rehearsal_first", "")  # the launcher ended every process of the killed run
+
+
+@rehearsal_e2e
 def test_the_checkpoint_holds_the_full_prm_and_resumes(workdir, first_two_steps, resumed_third_step):
     ckpt = workdir / "ckpt"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     for step in (1, 2, 3):
         assert (ckpt / f"global_step_{step}" / "prime_state.json").exists()
+    assert (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").exists()  # saved again, whole
     step2 = _prm_state(workdir, 2)
     assert all(v.dtype == torch.float32 for v in step2.values())  # fp32 master weights of the full PRM
     assert not any("lora" in k for k in step2)
     steps = resumed_third_step["steps"]
     assert len(steps) == 1  # only step 3 was left: the auto resume found step 2
+    assert f"Resuming from {ckpt / 'global_step_2'}" in resumed_third_step["log"].read_text()
     saved = json.loads((ckpt / "global_step_2" / "prime_state.json").read_text())["prm_pairwise_ema"]
     assert saved == pytest.approx(first_two_steps["steps"][1]["prm/dpo_acc_before_mixed_ema"])
-    assert "Resuming from" in resumed_third_step["log"].read_text() or "global_step_2" in (
-        resumed_third_step["log"].read_text()
-    )
     step3 = _prm_state(workdir, 3)
     assert any(not torch.equal(step2[k], step3[k]) for k in step2)  # the resumed PRM trained on
 

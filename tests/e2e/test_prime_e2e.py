@@ -14,7 +14,8 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    override); with a LoRA PRM (reference = adapter disabled), update `after`, its pre-update log-probs
    checked like `first`'s from step 2 (step 1 of a process makes a LoRA PRM's forward of its own).
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
-   It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded.
+   It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
+   its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
 5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
 
@@ -32,6 +33,8 @@ import contextlib
 import json
 import math
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,13 +45,26 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_runs import LORA_ALPHA, LORA_RANK, assert_trained_weights_reached_vllm, load_actor
+from loop_runs import (
+    LORA_ALPHA,
+    LORA_RANK,
+    TEST_RUN_ENV,
+    assert_trained_weights_reached_vllm,
+    kill_after_steps,
+    load_actor,
+    pids_of,
+)
 
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
+# `make test` runs the e2e tier on two pytest-xdist workers: the tests of one run stay on one worker, which makes
+# the run once (module-scoped fixtures are per worker)
+FIRST_RUN, SPLIT_RUN, RANK_PAIR_RUN, FROZEN_REFERENCE_RUN = (
+    pytest.mark.xdist_group(name) for name in ("first", "split", "rank_pair", "frozen_reference")
+)
 
 TEST_REWARD = Path(__file__).with_name("prime_label_reward.py")
 REQUIRED_PRM_METRICS = (
@@ -64,7 +80,13 @@ UPDATE_METRICS = ("prm/grad_norm", "prm/lr", "prm/update_loss", "timing_s/prm_up
 
 
 def _run(
-    workdir: Path, assets: dict, name: str, *overrides: str, recipe: str = "prime_lora_colocated", env=None
+    workdir: Path,
+    assets: dict,
+    name: str,
+    *overrides: str,
+    recipe: str = "prime_lora_colocated",
+    env=None,
+    expect_rc: int | None = 0,
 ) -> dict:
     from verl_prime_lora.cpu.launch import run_main_ppo
 
@@ -93,11 +115,22 @@ def _run(
     log = workdir / f"{name}.log"
     # No lock taken here: on a shared machine wrap the whole pytest run in `flock` (a lock taken
     # here as well would deadlock against it).
-    rc = run_main_ppo(args, log, timeout_s=1200, env={"VERL_FILE_LOGGER_PATH": str(metrics_path), **(env or {})})
-    assert rc == 0, f"main_ppo exited {rc}; tail of {log}:\n" + "\n".join(log.read_text().splitlines()[-40:])
+    run_env = {"VERL_FILE_LOGGER_PATH": str(metrics_path), TEST_RUN_ENV: name, **(env or {})}
+    rc = run_main_ppo(args, log, timeout_s=1200, env=run_env)
+    ended_at = time.time()
+    if expect_rc is not None:
+        assert rc == expect_rc, f"main_ppo exited {rc}; tail of {log}:\n" + "\n".join(
+            log.read_text().splitlines()[-40:]
+        )
     steps = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [s.get("data", s) for s in steps]
-    return {"steps": [s for s in steps if "timing_s/step" in s], "ckpt": ckpt, "log": log}
+    return {
+        "steps": [s for s in steps if "timing_s/step" in s],
+        "ckpt": ckpt,
+        "log": log,
+        "rc": rc,
+        "ended_at": ended_at,
+    }
 
 
 def _assert_prm_metrics(steps: list[dict], n_steps: int) -> None:
@@ -202,16 +235,24 @@ def _free_port() -> int:
 def two_node_cluster():
     """A Ray cluster of two nodes on this machine (`ray start --head`, then `ray start --address`), one fake
     GPU each, for the duration of the `with`. Every process it started (raylets, Ray's daemons and workers,
-    vLLM's engines) carries the launcher's run marker in its environment and is killed afterwards by pid;
-    then Ray's record of the cluster as this machine's current one is removed, or the next `ray.init()`
-    (any later run) would try to join the dead cluster."""
+    vLLM's engines) carries the launcher's run marker in its environment and is killed afterwards by pid. Its
+    nodes keep their files in a temp dir of their own, so `ray start` records the cluster there rather than as
+    this machine's current one (/tmp/ray/ray_current_cluster), which a local run started meanwhile on the other
+    xdist worker (`ray.init()` without an address) would join."""
     run_id = uuid.uuid4().hex
     env = {**os.environ, **RUN_ENV_DEFAULTS, **CLUSTER_ENV, RUN_MARKER: run_id}
     env.pop("RAY_ADDRESS", None)
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    node = ["--node-ip-address=127.0.0.1", "--num-cpus=8", "--num-gpus=1", "--object-store-memory=1000000000"]
+    temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths live under it
+    node = [
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=8",
+        "--num-gpus=1",
+        "--object-store-memory=1000000000",
+        f"--temp-dir={temp_dir}",
+    ]
     head = ["--head", f"--port={port}", "--include-dashboard=false", "--disable-usage-stats"]
     try:
         for args in (head, [f"--address={address}"]):
@@ -227,9 +268,7 @@ def two_node_cluster():
         yield address
     finally:
         kill_run(run_id)
-        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-        if current.exists() and current.read_text().strip().endswith(f":{port}"):
-            current.unlink()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _on_cluster(address: str, metrics_path: Path) -> list[str]:
@@ -273,6 +312,7 @@ def resumed(workdir, tiny_assets, first, cluster):
     )
 
 
+@FIRST_RUN
 def test_three_prime_steps_log_finite_prm_metrics(first):
     steps = first["steps"]
     _assert_prm_metrics(steps, 3)
@@ -281,6 +321,7 @@ def test_three_prime_steps_log_finite_prm_metrics(first):
     assert steps[0]["prm/lr"] == pytest.approx(1e-4)
 
 
+@FIRST_RUN
 def test_pre_update_log_probs_from_the_update_equal_a_forward_of_their_own(first):
     # the rows' first forward in the update (train mode, two ranks, micro-batches of the update's size) gives
     # the PRM's log-probs of a separate forward (eval mode, log-prob micro-batches), up to fp32 rounding
@@ -290,6 +331,7 @@ def test_pre_update_log_probs_from_the_update_equal_a_forward_of_their_own(first
         assert "timing_s/prm_forward" in step
 
 
+@FIRST_RUN
 def test_prm_weights_change_with_each_update(first):
     s1, s2, s3 = (_prm(first["ckpt"], s, world_size=RANKS) for s in (1, 2, 3))
     for a, b in ((s1, s2), (s2, s3)):
@@ -297,6 +339,7 @@ def test_prm_weights_change_with_each_update(first):
     assert all(v.dtype == torch.float32 for v in s1.values())  # fp32 master weights
 
 
+@FIRST_RUN
 def test_lora_actor_changes_and_records_dropout(first):
     ckpt = first["ckpt"]
     a1 = _shards(ckpt / "global_step_1" / "actor", world_size=RANKS)
@@ -307,6 +350,7 @@ def test_lora_actor_changes_and_records_dropout(first):
     assert meta["lora_dropout"] == pytest.approx(0.05)
 
 
+@FIRST_RUN
 def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_assets):
     assert_trained_weights_reached_vllm(first, tiny_assets, lora=True, world_size=RANKS)
     assert (first["ckpt"] / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
@@ -314,6 +358,7 @@ def test_lora_actor_adapter_reaches_both_colocated_vllm_replicas(first, tiny_ass
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 7, 9]])).logits).all()
 
 
+@FIRST_RUN
 def test_the_trained_adapter_exports_and_evaluates_with_vllm(first, tiny_assets, tmp_path):
     """The user's path after training: `tools.export_adapter` on the last checkpoint (two ranks' FSDP2 shards), the
     PEFT adapter it writes reproduces the trained actor, and `tools.eval` serves it with vLLM beside the base model
@@ -429,6 +474,7 @@ def prm_on_two_ranks(workdir, tiny_assets):
     return _rank_pair_run(workdir, tiny_assets, 2)
 
 
+@RANK_PAIR_RUN
 def test_prm_update_on_two_ranks_equals_the_update_on_one(prm_on_one_rank, prm_on_two_ranks):
     one, two = prm_on_one_rank, prm_on_two_ranks
     assert len(one["rollouts"]) == 8 and one["rollouts"] == two["rollouts"], "the two runs sampled differently"
@@ -447,28 +493,64 @@ def frozen_reference(workdir, tiny_assets):
     """A full-parameter actor: nothing to borrow the reference from, so the PRM gets a frozen,
     forward-only copy of its initial weights (veRL's forward-only FSDP2 engine). Every step ships all
     weights into the live vLLM engine. The paper's estimator (`prime_rloo`) with the process term at full weight
-    from step 1 (no gate), and the actor's and the PRM's weights and Adam states offloaded between phases."""
-    return _run(
+    from step 1 (no gate), and the actor's and the PRM's weights and Adam states offloaded between phases.
+    Once two steps are logged, vLLM's engine process is killed (a step takes ~2 s here, so the run notices in
+    step 3 or 4 of 5): the run must stop, naming the rollout engine."""
+    killed = kill_after_steps("frozen_reference", workdir / "frozen_reference.jsonl", 2, "EngineCore", delay_s=0)
+    run = _run(
         workdir,
         tiny_assets,
         "frozen_reference",
         "actor_rollout_ref.model.lora_rank=0",
         FULL_SYNC_LR,
-        "trainer.total_training_steps=2",
+        "trainer.total_training_steps=5",
         "algorithm.adv_estimator=prime_rloo",
         "algorithm.prime.process_gate=null",
         "actor_rollout_ref.actor.fsdp_config.param_offload=true",  # the PRM's engine follows these two keys
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        expect_rc=None,
     )
+    return {**run, "killed": killed}
 
 
+@FROZEN_REFERENCE_RUN
 def test_full_weights_reach_the_colocated_vllm(frozen_reference, tiny_assets):
     assert_trained_weights_reached_vllm(frozen_reference, tiny_assets, lora=False)
 
 
+@FROZEN_REFERENCE_RUN
+def test_a_dead_rollout_engine_stops_the_run_naming_it(frozen_reference):
+    """vLLM's engine process killed after step 2: the run stops within a minute in the step that needed it (in
+    veRL's colocated weight sync, which would wait for ever on the dead engine), with a message naming the replica
+    whose engine died; the last published checkpoint is complete, and no process of the run is left."""
+    killed, log = frozen_reference["killed"], frozen_reference["log"].read_text()
+    assert killed.get("pids"), "the engine process was not found"
+    assert frozen_reference["rc"] != 0
+    assert frozen_reference["ended_at"] - killed["killed_at"] < 60
+    stopped = re.search(
+        r"RolloutEngineError: actor_rollout_ref\.rollout: the run stopped at step (\d+) because a vLLM rollout "
+        r"engine died",
+        log,
+    )
+    assert stopped, log[-3000:]
+    step = int(stopped.group(1))
+    assert step in (3, 4) and len(frozen_reference["steps"]) == step - 1
+    assert "/health answered 503" in log or "its server does not answer" in log
+    # the published checkpoint is complete: step - 1's, or the stopped step's own when the engine was found dead
+    # in the weight sync after its save
+    ckpt = frozen_reference["ckpt"]
+    published = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert published in (step - 1, step)
+    for part in ("actor", "prm"):
+        assert (ckpt / f"global_step_{published}" / part / "model_world_size_1_rank_0.pt").exists()
+    assert not pids_of("frozen_reference", "")
+
+
+@FROZEN_REFERENCE_RUN
 def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     steps = frozen_reference["steps"]
-    _assert_prm_metrics(steps, 2)
+    assert len(steps) >= 2  # before the engine was killed
+    _assert_prm_metrics(steps, len(steps))
     # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert steps[1]["prm/process_reward/token_max"] != 0.0
@@ -477,6 +559,7 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
         assert step["prm/pre_update_from_update"] == 1.0 and "timing_s/prm_forward" not in step
 
 
+@FROZEN_REFERENCE_RUN
 def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_reference):
     """Ungated `prime_rloo`: from step 1 (the PRM updated before its rewards are taken) the process part of the
     advantage is not 0, beside the outcome part, with every state offloaded."""
@@ -486,8 +569,7 @@ def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_refe
         assert "prm/process_groups_on" not in step  # the leave-one-out process part has no std threshold
 
 
-# The runs on the two-node cluster come last: the cluster fixture lives until the module ends, and a
-# local run started while it lives would join it.
+@FIRST_RUN
 def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed):
     # `resumed` loaded step 2 and trained step 3 with the PRM frozen: its step-3 PRM must be step 2's,
     # weights, Adam moments and scheduler alike.
@@ -513,6 +595,7 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
     assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
 
 
+@SPLIT_RUN
 def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
     steps = split["steps"]
     assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
@@ -534,11 +617,13 @@ def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
     assert frozen and torch.equal(state[frozen[0]].to(base[name].dtype), base[name])  # base weights untouched
 
 
+@SPLIT_RUN
 def test_split_prime_trainer_runs(split):
     steps = split["steps"]
     _assert_prm_metrics(steps, 3)
     assert all(step["actor/grad_norm"] > 0 for step in steps)
 
 
+@SPLIT_RUN
 def test_merged_lora_weights_reach_the_standalone_replica(split, tiny_assets):
     assert_trained_weights_reached_vllm(split, tiny_assets, lora=True)

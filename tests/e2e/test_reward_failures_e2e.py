@@ -1,8 +1,9 @@
 """Reward failures in a real PRIME run on CPU (`+recipe=[prime_lora_colocated,cpu]`, the tiny model) with
 a reward function that fails on a schedule (half_failing_reward.py): half of step 1's rollouts, then all.
 
-One run with `prime.max_failed_rollout_ratio=0.6`:
-* step 1 (4 of 8 rollouts failed, ratio 0.5: two raised, two returned a NaN score) is kept: it counts its
+One run with `prime.max_failed_rollout_ratio=0.6` and `prime.reward_timeout_s=5`:
+* step 1 (4 of 8 rollouts failed, ratio 0.5: one raised, one never returned and timed out after 5 s, two
+  returned a NaN score) is kept, instead of waiting for ever on the hung call: it counts its
   failed rollouts, none is dropped, every group keeps its rollout.n rollouts, and every loss, grad norm and
   advantage it logs is finite (veRL alone trains on a NaN reward: NaN pg_loss, grad_norm, advantages and
   prm/update_loss, with reward/failed_total 0);
@@ -21,7 +22,7 @@ import pytest
 
 from verl_prime_lora.cpu.launch import run_main_ppo
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("reward_failures")]  # one run per xdist worker
 
 REWARD = Path(__file__).with_name("half_failing_reward.py")
 ERROR_TEXT = "half_failing_reward: cannot score"
@@ -31,6 +32,7 @@ MAX_RATIO = 0.6
 FIRST_STEP_ROLLOUTS = 8  # half_failing_reward.FIRST_STEP_ROLLOUTS: cpu.yaml's train_batch_size 4 x N
 REWARD_WORKERS = 1  # recipe/cpu.yaml: reward.num_workers
 TIMEOUT_S = 1200
+REWARD_TIMEOUT_S = 5
 FINITE_KEYS = (
     "actor/pg_loss",
     "actor/grad_norm",
@@ -82,7 +84,11 @@ def _error_lines(log: str) -> int:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_assets):
     return _run(
-        tmp_path_factory.mktemp("failures"), tiny_assets, "failures", f"prime.max_failed_rollout_ratio={MAX_RATIO}"
+        tmp_path_factory.mktemp("failures"),
+        tiny_assets,
+        "failures",
+        f"prime.max_failed_rollout_ratio={MAX_RATIO}",
+        f"prime.reward_timeout_s={REWARD_TIMEOUT_S}",
     )
 
 
@@ -91,6 +97,7 @@ def test_a_step_within_the_ratio_trains_every_rollout_and_counts_the_failed_ones
     step = run["steps"][0]
     assert step["reward/failed_total"] == FIRST_STEP_ROLLOUTS // 2
     assert step["reward/failed_ratio"] == step["prime/failed_rollout_ratio"] == 0.5
+    assert step["reward/timed_out_total"] == 1  # the hung call, abandoned after prime.reward_timeout_s
     assert step["prime/dropped_rollouts_total"] == 0
     assert step["prime/group_size_min"] == N
     for key in FINITE_KEYS:

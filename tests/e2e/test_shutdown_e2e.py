@@ -20,7 +20,7 @@ import pytest
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run, pids_with_marker
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("shutdown")]  # one run per xdist worker
 
 START_TIMEOUT_S = 300
 GONE_WITHIN_S = 15.0  # the watcher's poll (0.5 s) + SIGTERM's grace (5 s) + SIGKILL, with room to spare

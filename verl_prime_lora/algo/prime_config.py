@@ -213,6 +213,10 @@ class PrimeConfig(_Section):
         max_failed_rollout_ratio: the largest share of a step's rollouts that may fail in the reward
             function or be dropped before training, in [0, 1] (0: stop at the first); raise it for a flaky or
             sandboxed reward function.
+        reward_timeout_s: the time limit of one rollout's reward call, in seconds: a call past it scores 0 as a
+            failed reward ("timed out after N s"), counted against `max_failed_rollout_ratio`; null: no limit.
+            The call's thread cannot be stopped and runs on. A math grader never nears it (the recipe's
+            reward limits each verification to 10 s); raise it for a slow remote grader.
         diagnostics: for debugging: four more `prm/*` diagnostics each step, and the PRM's pre-update
             log-probs from a forward of their own as well as from its update, their largest difference logged
             (`prm/pre_update_log_prob_max_abs_diff`): one PRM forward more per step.
@@ -222,6 +226,7 @@ class PrimeConfig(_Section):
     KEY: ClassVar[str] = "prime"
 
     max_failed_rollout_ratio: float = 0.0
+    reward_timeout_s: Optional[float] = 120.0
     diagnostics: bool = False
     prm: PrmConfig = field(default_factory=PrmConfig)
 
@@ -233,6 +238,8 @@ class PrimeConfig(_Section):
                 "before training: a number in [0, 1] (0: stop at the first; 1: only a step without a finite "
                 "reward stops).",
             )
+        if self.reward_timeout_s is not None and not self.reward_timeout_s > 0:
+            self._fail("reward_timeout_s", "a time limit in seconds: > 0, or null for none.")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ run and its reward-failure accounting; every other run sees veRL as it is.
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 from verl_prime_lora.algo.prime_config import config_value, prime_config
@@ -158,6 +160,20 @@ def resume_folder(config: Any) -> str | None:
     if mode == "resume_path":
         return os.path.abspath(str(get(config, "trainer.resume_from_path")))
     return None
+
+
+# veRL's tracker of the last published checkpoint step, in `trainer.default_local_dir`
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+_STEP_FOLDER = re.compile(r"global_step_(\d+)")
+
+
+def step_folders(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(N, folder) of every `global_step_N` folder under `root` (veRL's checkpoint folders), by step."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(match.group(1)), path) for path in root.iterdir() if (match := _STEP_FOLDER.fullmatch(path.name))]
+    return sorted(found)
 
 
 def prm_checkpoint_dir(global_step_folder: str) -> str:

@@ -63,7 +63,10 @@ devices are there, so a missing device is blamed as such), `check_files_and_code
    `checkpoint.load_contents` names, the dataloader state `data.pt` when present, and `prime_state.json`
    when present (older checkpoints lack it). A `.pt` file must be a torch.save zip archive whose central
    directory reads (a truncated file loses it) and whose records fit in the file; its tensor data is not
-   read. All broken files are named in one message; nothing is deleted.
+   read. All broken files are named in one message; nothing is deleted. With `resume_mode=auto`, a latest
+   checkpoint that cannot resume (a torn tracker, the step folder it names missing, or any problem above but
+   the rank count) gives way to the newest complete `global_step_N`: the config is set to `resume_path` of it
+   and one line names what was skipped.
 
 Nothing here imports torch or Ray at module level; all but the reward dry run take well under a second.
 """
@@ -74,6 +77,7 @@ import asyncio
 import collections.abc
 import inspect
 import json
+import logging
 import math
 import os
 import re
@@ -88,6 +92,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import (
+    CHECKPOINT_TRACKER,
     MAX_RATIO_KEY,
     get,
     has_standalone_rollout,
@@ -98,11 +103,14 @@ from verl_prime_lora.algo.run_config import (
     reward_function_name,
     reward_pool_gpus,
     rollout_pool_gpus,
+    step_folders,
     trainer_mode,
     training_ranks,
 )
 from verl_prime_lora.checks.config_checks import check_prm_tokenizer
 from verl_prime_lora.checks.finite_checks import label_quantity, value_problem
+
+logger = logging.getLogger(__name__)
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
 # standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
@@ -744,30 +752,18 @@ def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]
     return problems
 
 
-def check_resume_checkpoint(config: Any) -> None:
-    """Refuse a resume whose checkpoint cannot load on this run's ranks, lacks the PRM, or has a file the resume
-    reads that does not open (see module doc)."""
-    mode = get(config, "trainer.resume_mode", "auto")
-    if mode == "auto":
-        from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
-
-        local_dir = os.path.abspath(str(get(config, "trainer.default_local_dir", ".")))
-        if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
-            return  # a fresh start (veRL's lookup would print that the tracker is missing)
-    folder = resume_folder(config)
-    if folder is None or not os.path.isdir(folder):
-        return  # a fresh start, or a resume_path veRL itself refuses
-    key = "trainer.resume_from_path" if mode == "resume_path" else "trainer.default_local_dir"
+def _checkpoint_problems(config: Any, folder: str, mode: str) -> list[str]:
+    """What keeps `folder` from resuming this run, each a phrase after "`folder` ...": its PRM state missing, or the
+    files the resume reads that do not open. A checkpoint written by another rank count fails at once, naming both
+    counts: no other checkpoint of the run would load either."""
     ranks = training_ranks(config)
     parts = [("actor", Path(folder) / "actor")]
+    problems = []
     if is_prime_trainer(config):
         prm = Path(prm_checkpoint_dir(folder))
         if not prm.is_dir():
-            _fail(
-                key,
-                f"trainer.resume_mode={mode} resumes from {folder}, which holds no PRM state ({prm}): the PRM would "
-                "restart from its initial weights while the policy resumes. Resume from a checkpoint written by "
-                "PRIME, or start afresh with trainer.resume_mode=disable.",
+            problems.append(
+                f"holds no PRM state ({prm}): the PRM would restart from its initial weights while the policy resumes"
             )
         parts.append(("PRM", prm))
     for name, shards in parts:
@@ -781,15 +777,83 @@ def check_resume_checkpoint(config: Any) -> None:
                 f"ranks that wrote them: resume with trainer.n_gpus_per_node x trainer.nnodes = {sizes[0]}, or "
                 "start afresh from merged weights (python -m verl.model_merger; trainer.resume_mode=disable).",
             )
-    problems = _resume_file_problems(config, folder, parts)
+    files = _resume_file_problems(config, folder, parts)
+    if files:
+        named = [f"{path} {problem}" for path, problem in files[:MAX_FILES_NAMED]]
+        if len(files) > MAX_FILES_NAMED:
+            named.append(f"and {len(files) - MAX_FILES_NAMED} more")
+        problems.append(
+            f"has {len(files)} file{'s' if len(files) > 1 else ''} the resume reads that cannot be opened: "
+            + "; ".join(named)
+        )
+    return problems
+
+
+def _published_folder(local_dir: str) -> tuple[str | None, str | None]:
+    """(the step folder veRL's tracker names, or None; why it names none that exists, or None)."""
+    tracker = Path(local_dir) / CHECKPOINT_TRACKER
+    text = tracker.read_text(errors="replace").strip()
+    if not text.isdigit():
+        return None, f"{tracker} holds {text!r}, not a step (a save that stopped while publishing)"
+    folder = Path(local_dir) / f"global_step_{int(text)}"
+    if not folder.is_dir():
+        return None, f"{tracker} names step {text}, and {folder} is missing"
+    return str(folder), None
+
+
+def _fall_back_to_a_complete_checkpoint(config: Any, local_dir: str, skipped: str, below: int | None) -> None:
+    """`trainer.resume_mode=auto` whose latest checkpoint cannot resume: resume from the newest complete step
+    folder before step `below` (any, when the tracker names none) instead (the config is set to `resume_path` of
+    it), with one line naming what was skipped; nothing is deleted. Fails when no folder is complete."""
+    from omegaconf import open_dict
+
+    for step, folder in reversed(step_folders(local_dir)):
+        if (below is not None and step >= below) or _checkpoint_problems(config, str(folder), "auto"):
+            continue
+        with open_dict(config.trainer):
+            config.trainer.resume_mode = "resume_path"
+            config.trainer.resume_from_path = str(folder)
+        logger.warning(
+            "trainer.resume_mode=auto: %s. Resuming from the newest complete checkpoint, %s, instead "
+            "(trainer.resume_from_path); nothing was deleted.",
+            skipped,
+            folder,
+        )
+        return
+    _fail(
+        "trainer.default_local_dir",
+        f"trainer.resume_mode=auto: {skipped}, and no other step folder of {local_dir} is complete. Nothing was "
+        "deleted. Resume from a checkpoint of your own (trainer.resume_mode=resume_path "
+        "trainer.resume_from_path=.../global_step_N), or start afresh (trainer.resume_mode=disable).",
+    )
+
+
+def check_resume_checkpoint(config: Any) -> None:
+    """Refuse a resume whose checkpoint cannot load on this run's ranks, lacks the PRM, or has a file the resume
+    reads that does not open (see module doc). Under `trainer.resume_mode=auto`, a latest checkpoint that cannot
+    resume (a torn tracker, a folder it names that is missing or incomplete) gives way to the newest complete one."""
+    mode = get(config, "trainer.resume_mode", "auto")
+    if mode == "auto":
+        from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+        local_dir = os.path.abspath(str(get(config, "trainer.default_local_dir", ".")))
+        if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
+            return  # a fresh start (veRL's lookup would print that the tracker is missing)
+        folder, why = _published_folder(local_dir)
+        if folder is None:
+            _fall_back_to_a_complete_checkpoint(config, local_dir, why, below=None)
+        elif problems := _checkpoint_problems(config, folder, mode):
+            skipped = f"the latest checkpoint, {folder}, {problems[0]}"
+            _fall_back_to_a_complete_checkpoint(config, local_dir, skipped, below=int(Path(folder).name.split("_")[-1]))
+        return
+    folder = resume_folder(config)
+    if folder is None or not os.path.isdir(folder):
+        return  # a fresh start, or a resume_path veRL itself refuses
+    problems = _checkpoint_problems(config, folder, mode)
     if problems:
-        named = [f"{path} {problem}" for path, problem in problems[:MAX_FILES_NAMED]]
-        if len(problems) > MAX_FILES_NAMED:
-            named.append(f"and {len(problems) - MAX_FILES_NAMED} more")
         _fail(
-            key,
-            f"trainer.resume_mode={mode} resumes from {folder}, and {len(problems)} of the files it would read "
-            f"cannot be opened: {'; '.join(named)}. Nothing was deleted. Resume from another checkpoint "
-            "(trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N), or start afresh "
+            "trainer.resume_from_path",
+            f"trainer.resume_mode={mode} resumes from {folder}, which {'; and '.join(problems)}. Nothing was "
+            "deleted. Resume from another checkpoint (trainer.resume_from_path=.../global_step_N), or start afresh "
             "(trainer.resume_mode=disable).",
         )

@@ -2,9 +2,11 @@
 
 `python -m verl.trainer.main_ppo +recipe=prime_lora` resolves the group `recipe` through every
 registered `SearchPathPlugin`. If the group is missing, Hydra does not fail: `+recipe=prime_lora`
-silently becomes a stray string key and plain PPO runs. So the plugin is registered at `import verl`
-(our `verl.plugins` entry point runs before `@hydra.main` composes), which works the same for a
-wheel and an editable install, from any working directory.
+silently becomes a stray string key and plain PPO runs. So the plugin is registered twice over: at `import verl`
+(our `verl.plugins` entry point imports this module before `@hydra.main` composes), and by Hydra's own scan of the
+`hydra_plugins` namespace (`hydra_plugins/verl_prime_lora`), which an installed package offers whether or not veRL
+loaded the entry point (the recipes then say so: `plugin_state`). An editable install's namespace cannot be scanned
+(setuptools maps it by an import hook), so there the first registration is the one. Any working directory.
 
 The group's files live in the data package `verl_prime_lora.recipe` (the repo's `recipe/`,
 mapped by setup.py); the search-path entry is the directory that contains it.
@@ -38,4 +40,4 @@ class PrimeLoraSearchPathPlugin(SearchPathPlugin):
         search_path.append(provider=PROVIDER, path=f"file://{config_root()}")
 
 
-Plugins.instance().register(PrimeLoraSearchPathPlugin)
+Plugins.instance().register(PrimeLoraSearchPathPlugin)  # Hydra keys plugins by class: the scan adds no second

@@ -1,9 +1,9 @@
 """Every monkeypatch of veRL that the plugin makes (the CPU platform keeps its own in `cpu/patches.py`).
 
-veRL 0.9.1 offers no hook for these four things, so each is a thin wrapper around one veRL function,
+veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function,
 applied once per process at `import verl` (`integration.plugin.REGISTERING_MODULES` imports this module),
-idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2 and 3 fix veRL
-for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer).
+idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2, 3 and 5 fix veRL
+for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
@@ -32,11 +32,18 @@ for every run (a key veRL defines but its FSDP engine ignores; a crash of the sp
    (`hybrid_engine=false`, the seed's 2-GPU layout) dies with "Logger._log() got an unexpected
    keyword argument 'flush'". The module's logger is wrapped in an adapter that drops the argument.
 
+5. `publish_checkpoint_tracker_atomically` — veRL 0.9.1's `PPOTrainer._save_checkpoint`
+   (verl/trainer/ppo/v1/trainer_base.py) publishes a checkpoint by writing `latest_checkpointed_iteration.txt` in
+   place (`open(path, "w")`, then `write`): a crash between the two leaves an empty tracker that veRL's resume cannot
+   parse. The module's `open` is given a wrapper that writes that one file beside itself and renames it over
+   (`checkpoint_files.write_atomically`); every other file opens as before. Acts on every run.
+
 4. `install_reward_failure_guard` wraps `RewardLoopWorker.compute_score`
    (`verl/experimental/reward_loop/reward_loop.py:145-155`), the one call through which the agent loop
    (`agent_loop.py:1026`) and the colocated reward path (`compute_score_batch`, `reward_loop.py:138-143`)
-   score each rollout. For PRIME trainers an exception there becomes a counted failed row instead of
-   a dropped rollout with a traceback each (`verl_prime_lora.integration.reward_failures`), and
+   score each rollout. For PRIME trainers an exception there, or a call past `prime.reward_timeout_s`, becomes a
+   counted failed row instead of a dropped rollout with a traceback each, or a stalled step
+   (`verl_prime_lora.integration.reward_failures`), and
    `compute_score_batch` gives a batch's failed rows the key set of its scored rows; other trainers
    are left as veRL has them.
 """
@@ -190,39 +197,80 @@ def tolerate_flush_kwarg_in_separate_async_logger() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-_LABEL_KEY_ATTR = "_prime_guarded_label_key"  # cached on each RewardLoopWorker
+_GUARD_ATTR = "_prime_reward_guard"  # cached on each RewardLoopWorker
 
 
 def install_reward_failure_guard() -> None:
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-    from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_label_key, guarded_score
+    from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_score, reward_guard
 
     original = RewardLoopWorker.compute_score
     if _is_patched(original):
         return
     original_batch = RewardLoopWorker.compute_score_batch
 
-    def label_key(worker) -> str | None:
-        """`guarded_label_key` of the worker's config, read (a typed PRIME config built) once per worker."""
-        if _LABEL_KEY_ATTR not in worker.__dict__:
-            worker.__dict__[_LABEL_KEY_ATTR] = guarded_label_key(worker.config)
-        return worker.__dict__[_LABEL_KEY_ATTR]
+    def guard(worker):
+        """`reward_guard` of the worker's config, read (a typed PRIME config built) once per worker."""
+        if _GUARD_ATTR not in worker.__dict__:
+            worker.__dict__[_GUARD_ATTR] = reward_guard(worker.config)
+        return worker.__dict__[_GUARD_ATTR]
 
     @functools.wraps(original)
     async def compute_score(self, data):
-        key = label_key(self)
-        if key is None:
+        settings = guard(self)
+        if settings is None:
             return await original(self, data)
-        return await guarded_score(lambda: original(self, data), key)
+        return await guarded_score(lambda: original(self, data), settings.label_key, settings.timeout_s)
 
     @functools.wraps(original_batch)
     async def compute_score_batch(self, data):
         outputs = await original_batch(self, data)
-        return outputs if label_key(self) is None else complete_key_sets(outputs)
+        return outputs if guard(self) is None else complete_key_sets(outputs)
 
     RewardLoopWorker.compute_score = _mark(compute_score)
     RewardLoopWorker.compute_score_batch = _mark(compute_score_batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. the checkpoint tracker, published atomically
+# ---------------------------------------------------------------------------------------------
+
+
+class _AtomicTrackerFile:
+    """What `open(tracker, "w")` gives veRL's save: the text is kept, and written atomically when the file closes
+    without an error (a failed save publishes nothing)."""
+
+    def __init__(self, path):
+        self.path, self.parts = path, []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            from verl_prime_lora.integration.checkpoint_files import write_atomically
+
+            write_atomically(self.path, "".join(self.parts))
+
+
+def _tracker_open(file, mode="r", *args, **kwargs):
+    from verl_prime_lora.integration.checkpoint_files import TRACKER
+
+    if mode == "w" and str(file).endswith(TRACKER):
+        return _AtomicTrackerFile(file)
+    return open(file, mode, *args, **kwargs)
+
+
+def publish_checkpoint_tracker_atomically() -> None:
+    from verl.trainer.ppo.v1 import trainer_base
+
+    if not _is_patched(getattr(trainer_base, "open", None)):
+        trainer_base.open = _mark(_tracker_open)
 
 
 def apply_all() -> None:
@@ -230,6 +278,7 @@ def apply_all() -> None:
     install_lora_dropout()
     tolerate_flush_kwarg_in_separate_async_logger()
     install_reward_failure_guard()
+    publish_checkpoint_tracker_atomically()
 
 
 apply_all()

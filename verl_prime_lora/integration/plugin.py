@@ -13,6 +13,7 @@ import logging
 import warnings
 
 from verl_prime_lora.algo.verl_bindings import register_recorded_estimators
+from verl_prime_lora.integration import plugin_state
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ def register_all() -> None:
             failed.append(f"{what}: {exc!r}")
     if failed:
         raise ImportError("verl-prime-lora could not register: " + "; ".join(failed))
+    plugin_state.mark_registered()  # what the recipes check before Ray starts (`${verl_prime_lora_plugin:...}`)
 
 
+plugin_state.register_resolver()  # the recipes resolve it in every process that reads their config
 register_all()

@@ -13,8 +13,9 @@ the batch with `is_padding` rows (trainer_base.py:1621, ppo/padding_utils.py:144
 For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate_async`) instead:
 
 * Reward-loop workers (`guarded_score`, installed on `RewardLoopWorker.compute_score` by
-  `integration.patches`): an exception while scoring one rollout, or a score or PRM label that is NaN, ±inf or
-  not a number (`finite_checks.result_problem`), becomes a row with reward 0 and
+  `integration.patches`): an exception while scoring one rollout, a call that runs past `prime.reward_timeout_s`
+  (veRL would wait on it for ever), or a score or PRM label that is NaN, ±inf or not a number
+  (`finite_checks.result_problem`), becomes a row with reward 0 and
   ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message" or the value problem
   ("non-finite score nan"), the PRM label key: 0.0, every other key this process has seen on a scored
   row, zeroed}: veRL's colocated reward path takes a batch's key set from its first row, so every row
@@ -24,8 +25,8 @@ For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate
   that came before any scored row of its process.
   Plain veRL runs keep veRL's behaviour.
 * The trainer (`account_rollouts`, called in `PrimeTrainerMixin._compute_advantage`): per step,
-  ``reward/failed_total`` and ``reward/failed_ratio`` (rollouts whose reward raised or was not a finite
-  number),
+  ``reward/failed_total`` and ``reward/failed_ratio`` (rollouts whose reward raised, ran past its time or was
+  not a finite number), ``reward/timed_out_total``,
   ``prime/dropped_rollouts_total`` (rollouts veRL lost before training: rollout.n per prompt of the
   batch, minus the rollouts present), ``prime/padding_rows_total``, ``prime/group_size_min`` /
   ``_mean`` (rollouts per prompt, 0 for a prompt whose every rollout was lost), and
@@ -42,6 +43,7 @@ Nothing here imports veRL, torch or Ray.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import numbers
 import os
@@ -55,6 +57,8 @@ from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import MAX_RATIO_KEY, PRIME_TRAINERS, REWARD_FN_KEY
 from verl_prime_lora.checks.finite_checks import is_value_problem, result_problem
 from verl_prime_lora.rewards.reward_info import reward_extra_info
+
+TIMEOUT_KEY = "prime.reward_timeout_s"
 
 logger = logging.getLogger(__name__)
 
@@ -122,19 +126,44 @@ def _log_first_failure(error: str, exc: BaseException | None = None) -> None:
     )
 
 
-def guarded_label_key(config: Any) -> str | None:
-    """The PRM label key (`prime.prm.label_key`) when `config` runs a PRIME trainer, whose reward failures
-    are guarded and counted; None for any other trainer, which keeps veRL's own handling."""
+@dataclass(frozen=True)
+class RewardGuard:
+    """How a PRIME run's reward-loop workers guard each reward call: the PRM label key (`prime.prm.label_key`)
+    and the call's time limit (`prime.reward_timeout_s`, None: none)."""
+
+    label_key: str
+    timeout_s: float | None
+
+
+def reward_guard(config: Any) -> RewardGuard | None:
+    """The `RewardGuard` when `config` runs a PRIME trainer, whose reward failures are guarded and counted; None
+    for any other trainer, which keeps veRL's own handling."""
     if OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) not in PRIME_TRAINERS:
         return None
-    return prime_config(config).prm.label_key
+    prime = prime_config(config)
+    return RewardGuard(prime.prm.label_key, prime.reward_timeout_s)
 
 
-async def guarded_score(score: Callable[[], Awaitable[dict]], label_key: str | None) -> dict:
-    """`await score()` (one rollout's reward-loop result), turning an exception, or a score or PRM label that is
-    not a finite number (`finite_checks.result_problem`), into `failed_result`."""
+TIMEOUT_ERROR = "TimeoutError: the reward call timed out"
+
+
+def timeout_error(timeout_s: float) -> str:
+    """The `reward_error` of a row whose reward call ran past its time limit."""
+    return f"{TIMEOUT_ERROR} after {timeout_s:g} s ({TIMEOUT_KEY})"
+
+
+async def guarded_score(
+    score: Callable[[], Awaitable[dict]], label_key: str | None, timeout_s: float | None = None
+) -> dict:
+    """`await score()` (one rollout's reward-loop result), turning an exception, a call that runs past `timeout_s`
+    seconds, or a score or PRM label that is not a finite number (`finite_checks.result_problem`), into
+    `failed_result`. A call past its time is abandoned, not stopped: veRL runs the reward function in a thread."""
     try:
-        result = await score()
+        result = await asyncio.wait_for(score(), timeout_s)
+    except asyncio.TimeoutError:
+        error = timeout_error(timeout_s)
+        _log_first_failure(error)
+        return failed_result(error, label_key)
     except Exception as exc:  # noqa: BLE001 - counted by the trainer, logged once per process
         error = f"{type(exc).__name__}: {exc}"
         _log_first_failure(error, exc)
@@ -175,8 +204,9 @@ class RolloutAccount:
     """What one training batch holds against what it asked for (see `account_rollouts`)."""
 
     expected: int  # rollouts asked for: rollout.n per prompt
-    failed: int  # rollouts present whose reward failed: it raised, or was not a finite number
+    failed: int  # rollouts present whose reward failed: it raised, ran past its time, or was not a finite number
     unusable: int  # of those, the rollouts whose reward was not a finite number (finite_checks.value_problem)
+    timed_out: int  # of those, the rollouts whose reward call ran past prime.reward_timeout_s
     dropped: int  # rollouts asked for and absent
     padding: int  # veRL's padding rows
     group_sizes: tuple[int, ...]  # rollouts present per prompt (0 for a prompt with none left)
@@ -192,6 +222,7 @@ class RolloutAccount:
         return {
             "reward/failed_total": float(self.failed),
             "reward/failed_ratio": self.failed / max(self.expected, 1),
+            "reward/timed_out_total": float(self.timed_out),
             "prime/dropped_rollouts_total": float(self.dropped),
             "prime/padding_rows_total": float(self.padding),
             "prime/group_size_min": float(min(sizes)),
@@ -255,6 +286,7 @@ def account_rollouts(
     sessions: dict[str, set[str]] = {}
     failed_sessions: set[tuple[str, str]] = set()
     unusable_sessions: set[tuple[str, str]] = set()
+    timed_out_sessions: set[tuple[str, str]] = set()
     failed_rows, first_error = [], ""
     for key, pad, fields in zip(keys, is_padding, extra_fields, strict=True):
         info = {} if pad else reward_extra_info(fields)
@@ -269,6 +301,8 @@ def account_rollouts(
             failed_sessions.add((uid, session))
             if is_value_problem(error):
                 unusable_sessions.add((uid, session))
+            if error.startswith(TIMEOUT_ERROR):
+                timed_out_sessions.add((uid, session))
             first_error = first_error or error
     prompts = max(int(expected_prompts), len(sessions))
     group_sizes = tuple(sorted(len(s) for s in sessions.values())) + (0,) * (prompts - len(sessions))
@@ -276,6 +310,7 @@ def account_rollouts(
         expected=prompts * int(rollout_n),
         failed=len(failed_sessions),
         unusable=len(unusable_sessions),
+        timed_out=len(timed_out_sessions),
         dropped=sum(max(int(rollout_n) - size, 0) for size in group_sizes),
         padding=sum(bool(pad) for pad in is_padding),
         group_sizes=group_sizes,

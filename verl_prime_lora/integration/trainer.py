@@ -10,10 +10,10 @@ Each is the veRL trainer plus `PrimeTrainerMixin`, which overrides only private 
 * `_load_checkpoint` (called at the end of `_setup`, line 392, once every pool exists): builds the
   PRM worker group on the actor's pool, then veRL's resume, then the PRM's resume from
   `global_step_N/prm`.
-* `_save_checkpoint` (line 948): the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
+* `_save_checkpoint`: the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
   manager) into `global_step_N/prm` first, then veRL's own save, whose tracker file
   `latest_checkpointed_iteration.txt` is written last — a checkpoint is never marked complete
-  without its PRM.
+  without its PRM — and only then old checkpoints removed (`checkpoint_files`).
 * `_compute_advantage` (line 1743; runs after old/ref log-probs, before the actor update):
   reference log-probs → labels → PRM forward → PRM update (`prime.prm.update`) → token process
   rewards → the estimator named by `algorithm.adv_estimator`, called with `process_rewards`.
@@ -76,6 +76,13 @@ from verl_prime_lora.algo.run_config import (
 )
 from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
 from verl_prime_lora.checks.finite_checks import check_actor_update, check_finite, check_prm_update
+from verl_prime_lora.integration.checkpoint_files import (
+    checkpoints_to_keep,
+    no_space_left,
+    remove_old_checkpoints,
+    saving_without_removal,
+    space_error,
+)
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -93,6 +100,8 @@ from verl_prime_lora.integration.prm_worker import (
     update_forward_is_pre_update,
 )
 from verl_prime_lora.integration.reward_failures import account_rollouts
+from verl_prime_lora.integration.rollout_health import EngineMonitor, dead_replicas, engine_error
+from verl_prime_lora.integration.step_watchdog import StepWatchdog
 from verl_prime_lora.rewards.reward_info import label_unknown
 
 logger = logging.getLogger(__name__)
@@ -175,6 +184,7 @@ class PrimeTrainerMixin:
         self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.algo.prime_config)
         self.prime_advantage = advantage_config(config.algorithm)  # algorithm.prime.*, typed
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
+        self.watchdog = StepWatchdog()  # a step far past its usual time is logged with its phase
 
     # -------------------------------------------------------------------------------------------
     # setup and checkpoints
@@ -246,6 +256,9 @@ class PrimeTrainerMixin:
         logger.info("PRIME: restored %s from %s", state, path)
 
     def _save_checkpoint(self):
+        """The PRM and the gate's state into `global_step_N`, then veRL's own save, which publishes the step in its
+        tracker last; nothing is removed before that, and then the step folders beyond `max_actor_ckpt_to_keep`
+        (`checkpoint_files`). Out of disk: `CheckpointSpaceError`, the previous checkpoint still published."""
         trainer = self.config.trainer
         step_dir = f"global_step_{self.global_steps}"
         local = prm_checkpoint_dir(os.path.join(trainer.default_local_dir, step_dir))
@@ -254,13 +267,86 @@ class PrimeTrainerMixin:
             if trainer.default_hdfs_dir is None
             else prm_checkpoint_dir(os.path.join(trainer.default_hdfs_dir, step_dir))
         )
-        max_keep = (
-            1 if trainer.get("remove_previous_ckpt_in_save", False) else trainer.get("max_actor_ckpt_to_keep", None)
+        keep = checkpoints_to_keep(trainer)
+        self.watchdog.enter(
+            "the checkpoint save", f"the PRM's and the actor's workers writing to {trainer.default_local_dir}"
         )
-        with marked_timer("prm_save_checkpoint", getattr(self, "timing_raw", {})):
-            self.prm.save(local, remote, self.global_steps, max_ckpt_to_keep=max_keep)
-        self._save_prime_state(prime_state_file(os.path.join(trainer.default_local_dir, step_dir)))
-        super()._save_checkpoint()
+        try:
+            with saving_without_removal(trainer):
+                with marked_timer("prm_save_checkpoint", getattr(self, "timing_raw", {})):
+                    self.prm.save(local, remote, self.global_steps, max_ckpt_to_keep=None)
+                self._save_prime_state(prime_state_file(os.path.join(trainer.default_local_dir, step_dir)))
+                super()._save_checkpoint()
+        except Exception as exc:
+            if no_space_left(exc):
+                raise space_error(trainer.default_local_dir, self.global_steps, exc) from exc
+            raise
+        if self.config.actor_rollout_ref.actor.get("checkpoint", {}).get("async_save", False):
+            return  # veRL publishes an async save later: nothing is removed before it does
+        for folder in remove_old_checkpoints(trainer.default_local_dir, keep, self.global_steps):
+            logger.info(
+                "PRIME: removed %s (trainer.max_actor_ckpt_to_keep=%s), step %d published",
+                folder,
+                keep,
+                self.global_steps,
+            )
+
+    # -------------------------------------------------------------------------------------------
+    # the step's phases, for the watchdog (each hook runs veRL's own)
+    # -------------------------------------------------------------------------------------------
+
+    def fit(self, *args, **kwargs):
+        """veRL's training loop, stopped when a vLLM engine dies; such a stop says so (`rollout_health`)."""
+        monitor = EngineMonitor(self._rollout_server_addresses)
+        monitor.start()
+        try:
+            return super().fit(*args, **kwargs)
+        except BaseException as exc:
+            monitor.stop()
+            dead = monitor.dead or dead_replicas(self._rollout_server_addresses())
+            if dead:
+                raise engine_error(dead, self.global_steps, exc) from exc
+            raise
+        finally:
+            monitor.stop()
+
+    def _rollout_server_addresses(self) -> list[str]:
+        """The HTTP addresses of every vLLM replica of the run (colocated, and the split trainer's standalone ones)."""
+        managers = (getattr(self, "llm_server_manager", None), getattr(self, "standalone_server_manager", None))
+        return [address for manager in managers if manager is not None for address in manager.server_addresses]
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self.watchdog.start()
+
+    def on_train_end(self):
+        self.watchdog.stop()
+        super().on_train_end()
+
+    def on_step_begin(self):
+        self.watchdog.begin_step(self.global_steps)
+        super().on_step_begin()
+
+    def on_sample_begin(self):
+        self.watchdog.enter(
+            "sampling",
+            "rollouts from the vLLM replicas and their rewards from the reward-loop workers "
+            f"({reward_function_name(self.config)}; a reward call past prime.reward_timeout_s counts as failed)",
+        )
+        super().on_sample_begin()
+
+    def _compute_old_log_prob(self, batch, *args, **kwargs):
+        self.watchdog.enter("old log-probs", "the actor worker group")
+        return super()._compute_old_log_prob(batch, *args, **kwargs)
+
+    def _compute_ref_log_prob(self, batch, *args, **kwargs):
+        self.watchdog.enter("reference log-probs", "the actor worker group (adapter off) or veRL's reference")
+        return super()._compute_ref_log_prob(batch, *args, **kwargs)
+
+    def on_step_end(self):
+        self.watchdog.enter("the step's end", "the weight sync to the vLLM replicas")
+        super().on_step_end()
+        self.watchdog.end_step()
 
     # -------------------------------------------------------------------------------------------
     # the PRIME step
@@ -292,12 +378,14 @@ class PrimeTrainerMixin:
 
     def _update_actor(self, batch, metrics: dict):
         """veRL's actor update, then its loss and grad norm checked finite (`finite_checks.check_actor_update`)."""
+        self.watchdog.enter("the actor update", "the actor worker group")
         batch = super()._update_actor(batch, metrics)
         check_actor_update(metrics, self.global_steps)
         return batch
 
     def _compute_advantage(self, batch, metrics: dict):
         """veRL's advantage hook: the batch's accounting, the PRM step (process rewards), then the advantages."""
+        self.watchdog.enter("the PRM step", "the PRM worker group (log-probs, update) and its reference's forward")
         step = self._account_batch(batch, metrics)
         data, process_rewards = self._prm_step(batch, step, metrics)
         return self._advantage_step(batch, data, step, process_rewards, metrics)
