@@ -223,7 +223,8 @@ def across_seeds(by_label: dict[str, dict[int, LearningRun]]) -> dict:
             at_time[step] = mean_ci95(values)
         entry = {"seeds": len(runs), "at_step": at_step, "at_time": at_time}
         if label != "grpo" and "grpo" in by_label:
-            # paired by seed (same data order, same initial adapter): the difference's interval is the tighter one
+            # paired by seed (same data order and initial adapter; vLLM's samples differ): tighter only when the
+            # seeds' validations correlate, which docs/findings.md found in one of six cells
             grpo = by_label["grpo"]
             pairs = [
                 (dict(run.val_accuracy()), dict(grpo[seed].val_accuracy()))
