@@ -76,6 +76,14 @@ def pids_of(run: str, command_part: str) -> list[int]:
     return found
 
 
+def left_after(run: str, ended_at: float, within_s: float = 15.0) -> list[int]:
+    """The processes of `run` still alive `within_s` seconds after its driver ended (`ended_at`, time.time()): the
+    launcher's watcher (`verl_prime_lora.run_processes`) ends what the driver leaves within a few seconds."""
+    while (left := pids_of(run, "")) and time.time() - ended_at < within_s:
+        time.sleep(0.5)
+    return left
+
+
 def steps_logged(metrics_path: Path) -> int:
     if not metrics_path.exists():
         return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from loop_runs import TEST_RUN_ENV, pids_of
+from loop_runs import TEST_RUN_ENV, left_after, pids_of
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,13 +89,19 @@ def rehearse(workdir: Path, assets: dict, name: str, *overrides: str, interrupt_
         kill_when_saving(run, workdir / "ckpt" / f"global_step_{interrupt_save_of}" / "prm")
     args = [*REHEARSAL_OVERRIDES, f"trainer.default_local_dir={workdir / 'ckpt'}", *overrides]
     proc = subprocess.run(["bash", str(SCRIPT), *args], env=env, cwd=workdir, timeout=1200)
+    ended_at = time.time()
     tail = "\n".join(log.read_text().splitlines()[-40:]) if log.exists() else "(no log)"
     if interrupt_save_of is None:
         assert proc.returncode == 0, f"the script exited {proc.returncode}; tail of {log}:\n{tail}"
     else:
         assert proc.returncode != 0, f"the run was not interrupted; tail of {log}:\n{tail}"
     steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return {"steps": [s.get("data", s) for s in steps if "timing_s/step" in s.get("data", s)], "log": log}
+    return {
+        "steps": [s.get("data", s) for s in steps if "timing_s/step" in s.get("data", s)],
+        "log": log,
+        "run": run,
+        "ended_at": ended_at,
+    }
 
 
 def kill_when_saving(run: str, prm_folder: Path) -> None:
@@ -161,7 +167,7 @@ def test_a_save_killed_midway_leaves_the_last_complete_step_published(workdir, f
     assert (ckpt / "global_step_3" / "prm" / "model_world_size_1_rank_0.pt").exists()
     assert not (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").exists()
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert not pids_of("rehearsal_first", "")  # the launcher ended every process of the killed run
+    assert not left_after(first_two_steps["run"], first_two_steps["ended_at"])  # the launcher ended the killed run
 
 
 @rehearsal_e2e

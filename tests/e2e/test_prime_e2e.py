@@ -51,8 +51,8 @@ from loop_runs import (
     TEST_RUN_ENV,
     assert_trained_weights_reached_vllm,
     kill_after_steps,
+    left_after,
     load_actor,
-    pids_of,
 )
 
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
@@ -543,7 +543,7 @@ def test_a_dead_rollout_engine_stops_the_run_naming_it(frozen_reference):
     assert published in (step - 1, step)
     for part in ("actor", "prm"):
         assert (ckpt / f"global_step_{published}" / part / "model_world_size_1_rank_0.pt").exists()
-    assert not pids_of("frozen_reference", "")
+    assert not left_after("frozen_reference", frozen_reference["ended_at"])
 
 
 @FROZEN_REFERENCE_RUN
