@@ -3,6 +3,7 @@ named with the folder and the bytes, the previous checkpoint intact."""
 
 import errno
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +20,13 @@ def step_folder(root, step, size=1000):
     (folder / "actor").mkdir(parents=True)
     (folder / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"x" * size)
     return folder
+
+
+def test_the_tracker_is_the_one_veRL_writes_and_reads():
+    """The atomic write (`integration.patches`) and the pre-Ray resume check find veRL's tracker by this name."""
+    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+    assert os.path.basename(get_checkpoint_tracker_filename("ckpt")) == cf.TRACKER
 
 
 def test_veRLs_tracker_write_is_atomic(tmp_path):

@@ -167,6 +167,12 @@ CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 _STEP_FOLDER = re.compile(r"global_step_(\d+)")
 
 
+def tracker_text(root: str | os.PathLike) -> str | None:
+    """What veRL's tracker in `root` holds, stripped (a step, or whatever a torn write left); None without one."""
+    tracker = Path(root) / CHECKPOINT_TRACKER
+    return tracker.read_text(errors="replace").strip() if tracker.is_file() else None
+
+
 def step_folders(root: str | os.PathLike) -> list[tuple[int, Path]]:
     """(N, folder) of every `global_step_N` folder under `root` (veRL's checkpoint folders), by step."""
     root = Path(root)

@@ -104,6 +104,7 @@ from verl_prime_lora.algo.run_config import (
     reward_pool_gpus,
     rollout_pool_gpus,
     step_folders,
+    tracker_text,
     trainer_mode,
     training_ranks,
 )
@@ -789,16 +790,16 @@ def _checkpoint_problems(config: Any, folder: str, mode: str) -> list[str]:
     return problems
 
 
-def _published_folder(local_dir: str) -> tuple[str | None, str | None]:
-    """(the step folder veRL's tracker names, or None; why it names none that exists, or None)."""
+def _published_folder(local_dir: str, text: str) -> tuple[int | None, str | None, str | None]:
+    """(the step veRL's tracker, holding `text`, publishes, and its folder, or None, None; why it names no folder
+    that exists, or None)."""
     tracker = Path(local_dir) / CHECKPOINT_TRACKER
-    text = tracker.read_text(errors="replace").strip()
     if not text.isdigit():
-        return None, f"{tracker} holds {text!r}, not a step (a save that stopped while publishing)"
+        return None, None, f"{tracker} holds {text!r}, not a step (a save that stopped while publishing)"
     folder = Path(local_dir) / f"global_step_{int(text)}"
     if not folder.is_dir():
-        return None, f"{tracker} names step {text}, and {folder} is missing"
-    return str(folder), None
+        return None, None, f"{tracker} names step {text}, and {folder} is missing"
+    return int(text), str(folder), None
 
 
 def _fall_back_to_a_complete_checkpoint(config: Any, local_dir: str, skipped: str, below: int | None) -> None:
@@ -834,17 +835,16 @@ def check_resume_checkpoint(config: Any) -> None:
     resume (a torn tracker, a folder it names that is missing or incomplete) gives way to the newest complete one."""
     mode = get(config, "trainer.resume_mode", "auto")
     if mode == "auto":
-        from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
-
         local_dir = os.path.abspath(str(get(config, "trainer.default_local_dir", ".")))
-        if not os.path.exists(get_checkpoint_tracker_filename(local_dir)):
+        text = tracker_text(local_dir)
+        if text is None:
             return  # a fresh start (veRL's lookup would print that the tracker is missing)
-        folder, why = _published_folder(local_dir)
+        step, folder, why = _published_folder(local_dir, text)
         if folder is None:
             _fall_back_to_a_complete_checkpoint(config, local_dir, why, below=None)
         elif problems := _checkpoint_problems(config, folder, mode):
             skipped = f"the latest checkpoint, {folder}, {problems[0]}"
-            _fall_back_to_a_complete_checkpoint(config, local_dir, skipped, below=int(Path(folder).name.split("_")[-1]))
+            _fall_back_to_a_complete_checkpoint(config, local_dir, skipped, below=step)
         return
     folder = resume_folder(config)
     if folder is None or not os.path.isdir(folder):

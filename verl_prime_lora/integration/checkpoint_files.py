@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import open_dict
 
 from verl_prime_lora.algo.run_config import CHECKPOINT_TRACKER as TRACKER
-from verl_prime_lora.algo.run_config import step_folders
+from verl_prime_lora.algo.run_config import step_folders, tracker_text
 
 
 class CheckpointSpaceError(OSError):
@@ -88,8 +88,7 @@ def space_error(root: str | Path, step: int, exc: BaseException) -> CheckpointSp
     """The error that stops a run whose step-`step` checkpoint ran out of disk: the folder, the size of the newest
     complete checkpoint (what one needs) and the space free; the tracker still names the previous step."""
     root = Path(root)
-    tracker = root / TRACKER
-    published = tracker.read_text().strip() if tracker.is_file() else ""
+    published = tracker_text(root) or ""
     previous = root / f"global_step_{published}" if published.isdigit() else None
     needed = f"; a checkpoint takes {folder_bytes(previous) / 1e9:.2f} GB ({previous.name})" if previous else ""
     free = shutil.disk_usage(root).free if root.exists() else 0
