@@ -91,5 +91,8 @@ setup(
         # veRL imports every `verl.plugins` entry point in every process that imports verl
         # (driver, TaskRunner, Ray workers): registration happens as an import side effect.
         "verl.plugins": ["prime_lora = verl_prime_lora.integration.plugin"],
+        # vLLM calls every `vllm.general_plugins` entry point in its engine-core and worker processes,
+        # which never import verl: the CPU platform's vLLM patches (nothing on an accelerator host).
+        "vllm.general_plugins": ["verl_prime_lora_cpu = verl_prime_lora.cpu.vllm_plugin:apply"],
     },
 )

@@ -1,7 +1,7 @@
-"""Step time of this project's CPU loop against TRL's `GRPOTrainer`, side by side in one invocation.
+"""Step time of this project's CPU loop against TRL's `GRPOTrainer`, and PRIME's against GRPO's, in one invocation.
 
     pip install --no-deps --target .trl trl==1.16.0     # beside the venv, not in it (see below)
-    python benchmarks/step_time_vs_trl.py --trl-path .trl [--steps 6] [--out benchmarks/out/step_time_vs_trl]
+    python benchmarks/step_time_vs_trl.py --trl-path .trl [--steps 6] [--repeats 3] [--out DIR]
 
 TRL is not part of the tested set, and must not be importable by veRL's processes: veRL 0.9.1 imports
 `trl.AutoModelForCausalLMWithValueHead` whenever `trl` is installed, a class TRL 1.x no longer has, and every
@@ -14,13 +14,16 @@ samples at temperature 1, ≤ 64 tokens, LoRA r=16 α=32 on all linears at lr 1e
 * `trl_grpo`: TRL's `GRPOTrainer` with a PEFT adapter, HF `generate` in the training process;
 * `grpo`: `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` with veRL's `grpo` (vLLM-CPU
   rollouts, FSDP2 actor, Ray);
-* `grpo_filter` and `prime_grpo_filter`: the CPU demo's own setting (`+recipe=[prime_lora_colocated,
-  prompt_filter,cpu]`: the accuracy-band filter, and for PRIME the PRM with three passes), GRPO and PRIME.
+* `prime_grpo`: the same launch with PRIME (`prime_grpo`: the PRM's forward, reference forward and update on
+  top), the demo's PRM settings. No prompt filter on either: every step trains on the same 16 prompts, so the
+  ratio is PRIME's own cost, not the filter's oversampling (which makes a step's size depend on the batch's
+  accuracy).
 
 Each run's step time is the median over its steps after the first (the first holds one-off warm-ups); TRL's is
-the wall time between consecutive optimizer steps. Prints every run's median and the ratios `grpo / trl_grpo`
-and `prime_grpo_filter / grpo_filter`, the latter PRIME's own cost in the setting users run; writes
-`step_time_vs_trl.json`. The machine is noisy: compare ratios from one invocation only.
+the wall time between consecutive optimizer steps. The three runs are made `--repeats` times, interleaved, and
+each repeat's ratios `grpo / trl_grpo` and `prime_grpo / grpo` are reported with their median, beside the
+median time of each `timing_s/*` phase of the project's runs. The machine is noisy: compare ratios made in one
+invocation only. Writes `step_time_vs_trl.json`.
 """
 
 from __future__ import annotations
@@ -35,15 +38,12 @@ import time
 from pathlib import Path
 
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, DEMO_RECIPES, run_learning
+from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, run_learning
 from verl_prime_lora.rewards.math_format import compute_score
 
-NO_FILTER = ("prime_lora_colocated", "cpu")
-PROJECT_RUNS = {  # name -> (estimator, recipes)
-    "grpo": ("grpo", NO_FILTER),
-    "grpo_filter": ("grpo", DEMO_RECIPES),
-    "prime_grpo_filter": ("prime_grpo", DEMO_RECIPES),
-}
+RECIPES = ("prime_lora_colocated", "cpu")
+PROJECT_RUNS = ("grpo", "prime_grpo")  # estimators, each run with RECIPES
+RATIOS = {"grpo / trl_grpo": ("grpo", "trl_grpo"), "prime_grpo / grpo": ("prime_grpo", "grpo")}
 
 
 def setting(key: str) -> str:
@@ -127,8 +127,8 @@ def trl_steps(assets: dict, steps: int, out: Path) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def project_step_seconds(estimator: str, recipes: tuple[str, ...], assets: dict, steps: int, out: Path) -> list:
-    """`timing_s/step` of each step of one `main_ppo` run (no validation)."""
+def project_timings(estimator: str, assets: dict, steps: int, out: Path) -> dict[str, list[float]]:
+    """Every `timing_s/*` series of one `main_ppo` run (no validation), `timing_s/step` among them."""
     run = run_learning(
         estimator,
         assets,
@@ -136,17 +136,23 @@ def project_step_seconds(estimator: str, recipes: tuple[str, ...], assets: dict,
         steps,
         test_freq=-1,
         overrides=["trainer.val_before_train=false"],
-        recipes=recipes,
+        recipes=RECIPES,
         echo=None,
     )
     if run.returncode != 0:
         raise RuntimeError(f"{out}: main_ppo exited {run.returncode}\n{run.tail()}")
-    return [seconds for _, seconds in run.series("timing_s/step")]
+    keys = sorted({key for metrics in run.steps.values() for key in metrics if key.startswith("timing_s/")})
+    return {key: [seconds for _, seconds in run.series(key)] for key in keys}
+
+
+def after_first(values: list[float]) -> float:
+    return statistics.median(values[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/step_time_vs_trl"))
     parser.add_argument("--trl-path", type=Path, help="a folder holding trl (pip install --target)")
     parser.add_argument("--trl-only", action="store_true", help=argparse.SUPPRESS)  # the TRL side's own process
@@ -158,24 +164,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.trl_path is None:
         parser.error("--trl-path is required (see the module docstring)")
-    seconds = {"trl_grpo": trl_step_seconds(assets, args.steps, out, args.trl_path.resolve())}
-    for name, (estimator, recipes) in PROJECT_RUNS.items():
-        print(f"== {name}", flush=True)
-        seconds[name] = project_step_seconds(estimator, recipes, assets, args.steps, out / name)
-    median = {name: statistics.median(values[1:]) for name, values in seconds.items()}
-    ratios = {
-        "grpo / trl_grpo": median["grpo"] / median["trl_grpo"],
-        "prime_grpo_filter / grpo_filter": median["prime_grpo_filter"] / median["grpo_filter"],
-    }
-    for name, value in median.items():
-        print(f"{name:<20} {value:6.2f} s/step (median of steps 2-{args.steps})")
-    for name, value in ratios.items():
-        print(f"{name:<34} {value:.2f}")
+    repeats = []
+    for repeat in range(args.repeats):
+        print(f"== repeat {repeat + 1}/{args.repeats}: trl_grpo", flush=True)
+        timings = {"trl_grpo": {"timing_s/step": trl_step_seconds(assets, args.steps, out, args.trl_path.resolve())}}
+        for estimator in PROJECT_RUNS:
+            print(f"== repeat {repeat + 1}/{args.repeats}: {estimator}", flush=True)
+            timings[estimator] = project_timings(estimator, assets, args.steps, out / f"{estimator}_{repeat}")
+        step = {name: after_first(series["timing_s/step"]) for name, series in timings.items()}
+        ratios = {name: step[a] / step[b] for name, (a, b) in RATIOS.items()}
+        phases = {
+            name: {key: after_first(values) for key, values in series.items() if len(values) > 1}
+            for name, series in timings.items()
+        }
+        repeats.append({"timings": timings, "median_step_after_step_1": step, "phases": phases, "ratios": ratios})
+        print("  ".join(f"{name} {value:.2f} s" for name, value in step.items()), flush=True)
+        print("  ".join(f"{name} {value:.2f}" for name, value in ratios.items()), flush=True)
+    median_ratios = {name: statistics.median(r["ratios"][name] for r in repeats) for name in RATIOS}
+    print(f"\nmedian over {args.repeats} repeats of the per-repeat medians (steps 2-{args.steps}), s:")
+    for name in repeats[0]["phases"]:
+        for key in repeats[0]["phases"][name]:
+            value = statistics.median(r["phases"][name][key] for r in repeats)
+            print(f"  {name:<11} {key:<28} {value:6.2f}")
+    for name, value in median_ratios.items():
+        each = ", ".join(f"{r['ratios'][name]:.2f}" for r in repeats)
+        print(f"{name:<18} {value:.2f} (repeats: {each})")
     report = {
         "command": "python benchmarks/step_time_vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "step_seconds": seconds,
-        "median_after_step_1": median,
-        "ratios": ratios,
+        "repeats": repeats,
+        "median_ratios": median_ratios,
     }
     (out / "step_time_vs_trl.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"json: {out / 'step_time_vs_trl.json'}")

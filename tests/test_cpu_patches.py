@@ -1,6 +1,11 @@
-"""The CPU patch that shortens veRL's V1 replay-buffer poll (verl_prime_lora/cpu/patches.py)."""
+"""The CPU patches that shorten veRL's replay-buffer poll and stop vLLM's queue readers spinning
+(verl_prime_lora/cpu/patches.py)."""
+
+import inspect
+import time
 
 import pytest
+import zmq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from verl_prime_lora.cpu import patches
@@ -39,3 +44,52 @@ def test_patch_is_idempotent():
     wrapped = ReplayBuffer.__init__
     patches.poll_replay_buffer_often()
     assert ReplayBuffer.__init__ is wrapped
+
+
+@pytest.fixture
+def vllm_queue_reader():
+    """A reader `SpinCondition` with its writer, as vLLM's `MessageQueue` pairs them."""
+    shm_broadcast = pytest.importorskip("vllm.distributed.device_communicators.shm_broadcast")
+    from vllm.utils.network_utils import get_open_zmq_ipc_path
+
+    patches.sleep_in_vllm_queue_waits()
+    context = zmq.Context()
+    address = get_open_zmq_ipc_path()
+    writer = shm_broadcast.SpinCondition(is_reader=False, context=context, notify_address=address)
+    reader = shm_broadcast.SpinCondition(is_reader=True, context=context, notify_address=address)
+    yield shm_broadcast, reader
+    del writer
+    context.destroy(linger=0)
+
+
+def test_a_vllm_queue_reader_sleeps_instead_of_spinning(vllm_queue_reader, monkeypatch):
+    shm_broadcast, reader = vllm_queue_reader
+    spins = []
+    monkeypatch.setattr(shm_broadcast, "sched_yield", lambda: spins.append(1))
+    reader.record_read()  # just read a message: vLLM's own wait spins for the next second
+    inspect.unwrap(shm_broadcast.SpinCondition.wait)(reader)
+    assert spins == [1]
+    spins.clear()
+    started = time.perf_counter()
+    for _ in range(20):
+        reader.wait()  # no timeout asked, nothing written: each wait still ends after a short poll
+    assert spins == []
+    assert time.perf_counter() - started < 2.0
+
+
+def test_vllm_patches_are_idempotent():
+    shm_broadcast = pytest.importorskip("vllm.distributed.device_communicators.shm_broadcast")
+    patches.apply_vllm_process_patches()
+    wrapped = shm_broadcast.SpinCondition.wait
+    patches.apply_vllm_process_patches()
+    assert shm_broadcast.SpinCondition.wait is wrapped
+
+
+def test_vllm_processes_get_the_patches_through_vllms_plugin_hook():
+    """vLLM's engine core and worker never import veRL; they run `vllm.general_plugins` entry points."""
+    pytest.importorskip("vllm")
+    from vllm.plugins import load_plugins_by_group
+
+    from verl_prime_lora.cpu import vllm_plugin
+
+    assert load_plugins_by_group("vllm.general_plugins").get("verl_prime_lora_cpu") is vllm_plugin.apply

@@ -76,3 +76,13 @@ def test_a_run_starts_its_own_ray_cluster_unless_told_to_join_one(tmp_path, monk
     log = tmp_path / "run.log"
     assert run_main_ppo(overrides, log, timeout_s=30.0) == 0
     assert f"RAY_ADDRESS=[{seen}]" in log.read_text()
+
+
+def test_the_start_up_summary_is_printed_at_step_1(tmp_path, monkeypatch, capsys):
+    lines = ["Started a local Ray instance.", "INFO: all initialize finished, ready to fit", "step:1 - x:1.0"]
+    _fake_python(tmp_path, monkeypatch, "\n".join(f'echo "{line}"' for line in lines))
+    log = tmp_path / "run.log"
+    assert run_main_ppo([], log, timeout_s=30.0) == 0
+    summary = "[launch] start-up to the end of step 1: "
+    assert summary in capsys.readouterr().err
+    assert log.read_text().index("step:1 - x:1.0") < log.read_text().index(summary)

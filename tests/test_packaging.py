@@ -105,6 +105,7 @@ def test_wheel_contents(wheel):
     assert "verl_prime_lora/recipe/prime_lora.yaml" in names
     assert "verl_prime_lora/algo/core_algos.py" in names
     assert "[verl.plugins]" in entry_points and "verl_prime_lora.integration.plugin" in entry_points
+    assert "[vllm.general_plugins]" in entry_points and "verl_prime_lora.cpu.vllm_plugin:apply" in entry_points
 
 
 def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):

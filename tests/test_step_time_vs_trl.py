@@ -1,4 +1,4 @@
-"""benchmarks/step_time_vs_trl.py: medians after step 1 and the two ratios it reports (runs replaced)."""
+"""benchmarks/step_time_vs_trl.py: per-repeat medians after step 1, the ratios and their median (runs replaced)."""
 
 import json
 
@@ -6,35 +6,31 @@ import pytest
 from benchmark_scripts import load_benchmark
 
 
-def test_ratios_are_of_medians_after_the_first_step(monkeypatch, tmp_path):
+def test_ratios_are_of_medians_after_the_first_step_per_repeat(monkeypatch, tmp_path):
     bench = load_benchmark("step_time_vs_trl")
     monkeypatch.setattr(bench.chain_task, "write_warm_assets", lambda out, seed: {"model": out})
-    monkeypatch.setattr(bench, "trl_step_seconds", lambda assets, steps, out, trl_path: [9.0, 1.0, 2.0, 3.0])
-    per_run = {"grpo": [30.0, 6.0, 4.0, 5.0], "grpo_filter": [30.0, 8.0], "prime_grpo_filter": [40.0, 10.0]}
+    trl = iter([[9.0, 1.0, 2.0, 3.0], [9.0, 2.0, 2.0, 2.0], [9.0, 4.0, 4.0, 4.0]])
+    monkeypatch.setattr(bench, "trl_step_seconds", lambda assets, steps, out, trl_path: next(trl))
+    step = {"grpo": [30.0, 6.0, 4.0, 5.0], "prime_grpo": [40.0, 6.0, 6.0, 6.0]}
     runs = []
 
-    def project(estimator, recipes, assets, steps, out):
-        runs.append((out.name, estimator, recipes))
-        return per_run[out.name]
+    def project(estimator, assets, steps, out):
+        runs.append(out.name)
+        return {"timing_s/step": step[estimator], "timing_s/gen": [9.0, 3.0, 2.0, 1.0], "timing_s/testing": [4.0]}
 
-    monkeypatch.setattr(bench, "project_step_seconds", project)
-    assert bench.main(["--steps", "4", "--out", str(tmp_path), "--trl-path", str(tmp_path)]) == 0
+    monkeypatch.setattr(bench, "project_timings", project)
+    assert bench.main(["--steps", "4", "--repeats", "3", "--out", str(tmp_path), "--trl-path", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "step_time_vs_trl.json").read_text())
-    assert report["median_after_step_1"] == {
-        "trl_grpo": 2.0,
-        "grpo": 5.0,
-        "grpo_filter": 8.0,
-        "prime_grpo_filter": 10.0,
-    }
-    assert report["ratios"] == pytest.approx({"grpo / trl_grpo": 2.5, "prime_grpo_filter / grpo_filter": 1.25})
-    assert runs == [
-        ("grpo", "grpo", ("prime_lora_colocated", "cpu")),
-        ("grpo_filter", "grpo", ("prime_lora_colocated", "prompt_filter", "cpu")),
-        ("prime_grpo_filter", "prime_grpo", ("prime_lora_colocated", "prompt_filter", "cpu")),
-    ]
+    first = report["repeats"][0]
+    assert first["median_step_after_step_1"] == {"trl_grpo": 2.0, "grpo": 5.0, "prime_grpo": 6.0}
+    assert first["phases"]["grpo"] == {"timing_s/step": 5.0, "timing_s/gen": 2.0}  # one-off phases left out
+    assert [r["ratios"]["grpo / trl_grpo"] for r in report["repeats"]] == pytest.approx([2.5, 2.5, 1.25])
+    assert report["median_ratios"] == pytest.approx({"grpo / trl_grpo": 2.5, "prime_grpo / grpo": 1.2})
+    assert runs == ["grpo_0", "prime_grpo_0", "grpo_1", "prime_grpo_1", "grpo_2", "prime_grpo_2"]
 
 
 def test_both_sides_read_the_demo_setting():
     bench = load_benchmark("step_time_vs_trl")
     assert bench.setting("data.train_batch_size") == "16" and bench.setting("actor_rollout_ref.rollout.n") == "8"
     assert bench.setting("data.max_response_length") == "64"
+    assert "prompt_filter" not in bench.RECIPES  # the same prompts every step on both sides

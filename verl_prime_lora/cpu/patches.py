@@ -1,7 +1,8 @@
 """Every monkeypatch the CPU platform needs, in one place.
 
-`apply_all()` is called only when the CPU platform is selected (see verl_prime_lora/cpu/register.py),
-so on a CUDA machine none of these runs. Each patch is idempotent (it marks what it wrapped) and
+`apply_all()` (at `import verl`, verl_prime_lora/cpu/register.py) and `apply_vllm_process_patches()` (in vLLM's
+own processes, verl_prime_lora/cpu/vllm_plugin.py) are called only when the CPU platform is selected, so on a
+CUDA machine none of these runs. Each patch is idempotent (it marks what it wrapped) and
 names the veRL / vLLM line it works around. Nothing is edited on disk.
 """
 
@@ -154,9 +155,49 @@ def poll_replay_buffer_often() -> None:
     replay_buffer.ReplayBuffer.__init__ = _mark(__init__)
 
 
+# Longest a vLLM shared-memory queue reader sleeps before it looks again (see `sleep_in_vllm_queue_waits`).
+VLLM_QUEUE_POLL_MS = 1
+
+
+def sleep_in_vllm_queue_waits() -> None:
+    """Let vLLM's engine core and worker sleep on their shared-memory queues instead of spinning.
+
+    A reader of vLLM's `MessageQueue` (the worker reading the scheduler's batch, the engine core reading the
+    worker's result) spins on `os.sched_yield()` for a second after each message (`SpinCondition`,
+    `busy_loop_s=1`, no setting), so while a batch is generated both processes keep a core busy waiting for
+    each other, on the cores the agent-loop worker, the vLLM server and the trainer need (docs/cpu.md, "Where
+    a CPU step goes"). Here a reader never spins: it waits on the queue's write notification (a zmq poll) for
+    at most 1 ms, then looks at the buffer again. Waiting on the notification alone is not enough: some are
+    missed, and the reader then sleeps until vLLM's 60 s warning timeout. On a GPU the spin is what keeps a
+    decode step's latency in microseconds; this runs on the CPU platform only.
+    """
+    if "vllm" not in sys.modules:
+        return
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    original = shm_broadcast.SpinCondition.wait
+    if _is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def wait(self, timeout_ms=None):
+        self.busy_loop_s = 0
+        poll_ms = VLLM_QUEUE_POLL_MS if timeout_ms is None else min(timeout_ms, VLLM_QUEUE_POLL_MS)
+        return original(self, timeout_ms=poll_ms)
+
+    shm_broadcast.SpinCondition.wait = _mark(wait)
+
+
+def apply_vllm_process_patches() -> None:
+    """The patches a vLLM engine-core or worker process needs (`vllm.general_plugins`, `cpu/vllm_plugin.py`)."""
+    keep_plain_vllm_linear_weights()
+    sleep_in_vllm_queue_waits()
+
+
 def apply_all() -> None:
     dedupe_process_group_backend()
     select_cuda_registered_engines()
     keep_plain_vllm_linear_weights()
     unpinned_offload_for_forward_only_engines()
     poll_replay_buffer_often()
+    sleep_in_vllm_queue_waits()
