@@ -11,11 +11,12 @@ ALLOWED = {
     "algo": set(),
     "rewards": set(),
     "run_processes": set(),
-    "cpu": {"run_processes"},
+    "patch_marks": set(),
+    "cpu": {"patch_marks", "run_processes"},
     "checks": {"algo", "rewards"},
     "tools": {"algo", "rewards"},
     "preflight": {"algo", "checks"},
-    "integration": {"algo", "checks", "rewards", "run_processes"},
+    "integration": {"algo", "checks", "patch_marks", "rewards", "run_processes"},
     "demo": {"algo", "cpu", "rewards", "tools"},
 }
 

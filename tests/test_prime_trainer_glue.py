@@ -62,6 +62,7 @@ from verl_prime_lora.integration.trainer import (
     process_reward_stats,
     process_spread_metrics,
 )
+from verl_prime_lora.patch_marks import is_patched
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -222,7 +223,7 @@ def test_separate_async_logger_accepts_flush(caplog):
 def test_driver_validation_wraps_verl_validate_config():
     import verl.utils.config as verl_config
 
-    assert getattr(verl_config.validate_config, "_verl_prime_lora_patched", False)
+    assert is_patched(verl_config.validate_config)
     with pytest.raises(PrimeConfigError, match=r"^actor_rollout_ref\.rollout\.n:"):
         verl_config.validate_config(
             colocated("actor_rollout_ref.rollout.n=1"), use_reference_policy=False, use_critic=False
@@ -277,7 +278,7 @@ def test_fsdp_engine_lora_gets_dropout(dropout, tmp_path):
     import torch.nn as nn
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
-    assert getattr(FSDPEngine._build_lora_module, "_verl_prime_lora_patched", False)
+    assert is_patched(FSDPEngine._build_lora_module)
     peft_model = FSDPEngine._build_lora_module(_engine_stub(dropout), _tiny_causal_lm())
     layers = [
         m.lora_dropout["default"]

@@ -365,10 +365,8 @@ def sequence_norm_process_advantage(
     """
     z = process_rewards.mul(mask).sum(-1)
     _, mean, std = group_mean_std(z, gid)
-    scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
     per_token_baseline = mean / mask.sum(-1).clamp_min(1)
-    normalised = (process_rewards - per_token_baseline[:, None]).mul_(mask).mul_(scale[:, None])
-    return discounted_suffix_sum(normalised, gamma)
+    return _normalised_return(process_rewards, mask, per_token_baseline, std, gamma, std_threshold, epsilon)
 
 
 def token_norm_process_advantage(
@@ -392,8 +390,23 @@ def token_norm_process_advantage(
     outcome part ≈ 0.9). The mask is applied before the suffix sum (the seed code did not).
     """
     _, mean, std = group_mean_std(mean_process_reward(process_rewards, mask), gid)
+    return _normalised_return(process_rewards, mask, mean, std, gamma, std_threshold, epsilon)
+
+
+def _normalised_return(
+    process_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    baseline: torch.Tensor,
+    std: torch.Tensor,
+    gamma: float,
+    std_threshold: float,
+    epsilon: float,
+) -> torch.Tensor:
+    r"""A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s],  r̃[i,t] = (r[i,t] − b_i) / (σ_i + ε) · m[i,t], and r̃ = 0 in rows
+    whose group spread σ_i < ``std_threshold``: the tail both group-normalised process advantages share (b_i and
+    σ_i per row, from the row's group)."""
     scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
-    normalised = (process_rewards - mean[:, None]).mul_(mask).mul_(scale[:, None])
+    normalised = (process_rewards - baseline[:, None]).mul_(mask).mul_(scale[:, None])
     return discounted_suffix_sum(normalised, gamma)
 
 

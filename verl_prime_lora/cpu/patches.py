@@ -13,16 +13,7 @@ import sys
 import torch
 import torch.distributed
 
-_PATCHED = "_verl_prime_lora_cpu_patch"
-
-
-def _mark(function):
-    setattr(function, _PATCHED, True)
-    return function
-
-
-def _is_patched(function) -> bool:
-    return getattr(function, _PATCHED, False)
+from verl_prime_lora.patch_marks import is_patched, mark
 
 
 def dedupe_process_group_backend() -> None:
@@ -34,7 +25,7 @@ def dedupe_process_group_backend() -> None:
     device type.
     """
     original = torch.distributed.init_process_group
-    if _is_patched(original):
+    if is_patched(original):
         return
 
     @functools.wraps(original)
@@ -46,7 +37,7 @@ def dedupe_process_group_backend() -> None:
             backend = ",".join(by_device.values())
         return original(*args, backend=backend, **kwargs)
 
-    torch.distributed.init_process_group = _mark(init_process_group)
+    torch.distributed.init_process_group = mark(init_process_group)
 
 
 def select_cuda_registered_engines() -> None:
@@ -83,7 +74,7 @@ def keep_plain_vllm_linear_weights() -> None:
     from vllm.model_executor.layers import utils as vllm_layer_utils
 
     original = vllm_layer_utils.dispatch_cpu_unquantized_gemm
-    if _is_patched(original):
+    if is_patched(original):
         return
 
     @functools.wraps(original)
@@ -93,7 +84,7 @@ def keep_plain_vllm_linear_weights() -> None:
         layer.cpu_linear = torch.nn.functional.linear
         return None
 
-    vllm_layer_utils.dispatch_cpu_unquantized_gemm = _mark(dispatch_cpu_unquantized_gemm)
+    vllm_layer_utils.dispatch_cpu_unquantized_gemm = mark(dispatch_cpu_unquantized_gemm)
 
 
 def unpinned_offload_for_forward_only_engines() -> None:
@@ -107,14 +98,14 @@ def unpinned_offload_for_forward_only_engines() -> None:
     from verl.workers.engine.fsdp import transformer_impl
 
     original = transformer_impl.CPUOffloadPolicy
-    if original is None or _is_patched(original):
+    if original is None or is_patched(original):
         return
 
     class CPUOffloadPolicy(original):
         def __init__(self, pin_memory: bool = True, **kwargs):
             super().__init__(pin_memory=False, **kwargs)
 
-    transformer_impl.CPUOffloadPolicy = _mark(CPUOffloadPolicy)
+    transformer_impl.CPUOffloadPolicy = mark(CPUOffloadPolicy)
 
 
 # Seconds between two looks of veRL's V1 replay buffer at TransferQueue (see `poll_replay_buffer_often`).
@@ -140,7 +131,7 @@ def poll_replay_buffer_often() -> None:
         return
 
     original = replay_buffer.ReplayBuffer.__init__
-    if _is_patched(original):
+    if is_patched(original):
         return
     # `poll_interval` is the 6th argument after self: trainer_mode, trainer_config, max_off_policy_threshold,
     # max_off_policy_strategy, sampler_kwargs, poll_interval
@@ -152,7 +143,7 @@ def poll_replay_buffer_often() -> None:
             kwargs["poll_interval"] = REPLAY_BUFFER_POLL_S
         original(self, *args, **kwargs)
 
-    replay_buffer.ReplayBuffer.__init__ = _mark(__init__)
+    replay_buffer.ReplayBuffer.__init__ = mark(__init__)
 
 
 # Longest a vLLM shared-memory queue reader sleeps before it looks again (see `sleep_in_vllm_queue_waits`).
@@ -176,7 +167,7 @@ def sleep_in_vllm_queue_waits() -> None:
     from vllm.distributed.device_communicators import shm_broadcast
 
     original = shm_broadcast.SpinCondition.wait
-    if _is_patched(original):
+    if is_patched(original):
         return
 
     @functools.wraps(original)
@@ -185,7 +176,7 @@ def sleep_in_vllm_queue_waits() -> None:
         poll_ms = VLLM_QUEUE_POLL_MS if timeout_ms is None else min(timeout_ms, VLLM_QUEUE_POLL_MS)
         return original(self, timeout_ms=poll_ms)
 
-    shm_broadcast.SpinCondition.wait = _mark(wait)
+    shm_broadcast.SpinCondition.wait = mark(wait)
 
 
 def apply_vllm_process_patches() -> None:

@@ -56,21 +56,10 @@ import sys
 from typing import Any
 
 from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
+from verl_prime_lora.patch_marks import is_patched, mark
 from verl_prime_lora.run_processes import reap_after_driver
 
 logger = logging.getLogger(__name__)
-
-_MARK = "_verl_prime_lora_patched"
-
-
-def _is_patched(fn: Any) -> bool:
-    return bool(getattr(fn, _MARK, False))
-
-
-def _mark(fn: Any) -> Any:
-    setattr(fn, _MARK, True)
-    return fn
-
 
 # ---------------------------------------------------------------------------------------------
 # 1. config validation in the driver, before Ray starts
@@ -87,7 +76,7 @@ def install_driver_validation() -> None:
     import verl.utils.config as verl_config
 
     original = verl_config.validate_config
-    if _is_patched(original):
+    if is_patched(original):
         return
 
     @functools.wraps(original)
@@ -106,7 +95,7 @@ def install_driver_validation() -> None:
                 reap_after_driver()  # the run's processes end with the driver, however it ends
         return original(config, *args, **kwargs)
 
-    verl_config.validate_config = _mark(validate_config)
+    verl_config.validate_config = mark(validate_config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +130,7 @@ def install_lora_dropout() -> None:
         return
 
     original = FSDPEngine._build_lora_module
-    if not _is_patched(original):
+    if not is_patched(original):
 
         @functools.wraps(original)
         def _build_lora_module(self, module):
@@ -152,14 +141,14 @@ def install_lora_dropout() -> None:
                 logger.info("verl-prime-lora: LoRA dropout %.3g on %d adapter layers", p, n)
             return module
 
-        FSDPEngine._build_lora_module = _mark(_build_lora_module)
+        FSDPEngine._build_lora_module = mark(_build_lora_module)
 
     try:
         from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
     except Exception:  # noqa: BLE001
         return
     original_meta = FSDPCheckpointManager._get_lora_train_meta
-    if not _is_patched(original_meta):
+    if not is_patched(original_meta):
 
         @functools.wraps(original_meta)
         def _get_lora_train_meta(self, unwrap_model):
@@ -171,7 +160,7 @@ def install_lora_dropout() -> None:
                     meta["lora_dropout"] = float(getattr(config, "lora_dropout", 0.0) or 0.0)
             return meta
 
-        FSDPCheckpointManager._get_lora_train_meta = _mark(_get_lora_train_meta)
+        FSDPCheckpointManager._get_lora_train_meta = mark(_get_lora_train_meta)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +195,7 @@ def install_reward_failure_guard() -> None:
     from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_score, reward_guard
 
     original = RewardLoopWorker.compute_score
-    if _is_patched(original):
+    if is_patched(original):
         return
     original_batch = RewardLoopWorker.compute_score_batch
 
@@ -228,8 +217,8 @@ def install_reward_failure_guard() -> None:
         outputs = await original_batch(self, data)
         return outputs if guard(self) is None else complete_key_sets(outputs)
 
-    RewardLoopWorker.compute_score = _mark(compute_score)
-    RewardLoopWorker.compute_score_batch = _mark(compute_score_batch)
+    RewardLoopWorker.compute_score = mark(compute_score)
+    RewardLoopWorker.compute_score_batch = mark(compute_score_batch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +258,8 @@ def _tracker_open(file, mode="r", *args, **kwargs):
 def publish_checkpoint_tracker_atomically() -> None:
     from verl.trainer.ppo.v1 import trainer_base
 
-    if not _is_patched(getattr(trainer_base, "open", None)):
-        trainer_base.open = _mark(_tracker_open)
+    if not is_patched(getattr(trainer_base, "open", None)):
+        trainer_base.open = mark(_tracker_open)
 
 
 def apply_all() -> None:
