@@ -42,8 +42,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from evidence import mean_ci95
+
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.evidence import mean_ci95
 from verl_prime_lora.demo.learning_run import (
     DEMO_RECIPES,
     ESTIMATORS,

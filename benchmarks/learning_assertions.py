@@ -1,7 +1,7 @@
 """How safely the demo test's learning assertions pass: their statistics on recorded runs, and the chance of a
 false failure that a normal fit over those runs gives.
 
-The assertions (tests/e2e/test_demo.py, statistics in verl_prime_lora/demo/evidence.py), each a one-sided
+The assertions (tests/e2e/test_demo.py, statistics in benchmarks/evidence.py), each a one-sided
 test against chance:
 * `validation`: the lower 99.9 % bound of the rise of greedy validation accuracy from step 0 to step 5
   (n problems) must be > 0;
@@ -27,7 +27,8 @@ import statistics
 from pathlib import Path
 from statistics import NormalDist
 
-from verl_prime_lora.demo.evidence import pooled_z, pooled_z_threshold, validation_rise_bound
+from evidence import pooled_z, pooled_z_threshold, validation_rise_bound
+
 from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
 STEPS = 5  # the demo test's run (tests/e2e/test_demo.py); a longer run's first STEPS steps are the same

@@ -12,7 +12,7 @@ them, as the PRM's training data are sampled (`--responses warm_start`: one fixe
 every checkpoint). Token rewards are PRIME's `r_t = β·(log π_φ − log π_ref)` with the run's β and reference
 (`prime.prm.reference`: `policy` = the actor of the same checkpoint, LoRA merged into the fp32 base; `init` =
 the warm start), both at temperature 1, in fp32.
-For the responses that write their steps and have a wrong one (`verl_prime_lora.demo.step_credit`):
+For the responses that write their steps and have a wrong one (`benchmarks/step_credit.py`):
 
 * localisation: how often the step with the lowest reward is the first wrong step, against chance (1/#steps)
   and against a PRM that always blamed the first (or the last) step;
@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import step_credit
 import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_prime_lora.demo import step_credit
 from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text
 from verl_prime_lora.tools import checkpoints, export_adapter
 

@@ -1,12 +1,15 @@
-"""The statistics of the learning assertions (verl_prime_lora.demo.evidence): formulas, and their error rate
-under chance by simulation."""
+"""The statistics of the learning assertions (benchmarks/evidence.py): formulas, and their error rate under
+chance by simulation."""
 
 import math
 import random
 
 import pytest
+from benchmark_scripts import load_benchmark
 
-from verl_prime_lora.demo.evidence import mean_ci95, pooled_z, pooled_z_threshold, validation_rise_bound
+evidence = load_benchmark("evidence")
+mean_ci95, pooled_z = evidence.mean_ci95, evidence.pooled_z
+pooled_z_threshold, validation_rise_bound = evidence.pooled_z_threshold, evidence.validation_rise_bound
 
 
 def test_validation_rise_bound_formula():

@@ -5,7 +5,8 @@ import json
 import pytest
 from benchmark_scripts import load_benchmark
 
-from verl_prime_lora.demo.evidence import pooled_z, validation_rise_bound
+evidence = load_benchmark("evidence")
+pooled_z, validation_rise_bound = evidence.pooled_z, evidence.validation_rise_bound
 
 VAL = "val-core/chain_arithmetic/acc/mean@1"
 

@@ -5,8 +5,9 @@ import json
 import pytest
 from benchmark_scripts import load_benchmark
 
-from verl_prime_lora.demo.evidence import mean_ci95
 from verl_prime_lora.demo.learning_run import LAYOUTS, LearningRun
+
+mean_ci95 = load_benchmark("evidence").mean_ci95
 
 VAL = "val-core/chain_arithmetic/acc/mean@1"
 

@@ -1,19 +1,16 @@
-"""Step-level credit on chain arithmetic (verl_prime_lora/demo/step_credit.py): labels, step sums, localisation."""
+"""Step-level credit on chain arithmetic (benchmarks/step_credit.py): labels, step sums, localisation."""
 
 import random
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from verl_prime_lora.demo.chain_task import Chain
-from verl_prime_lora.demo.step_credit import (
-    bootstrap_ci,
-    hit,
-    label_steps,
-    localisation,
-    pair_wins,
-    sequence_auc,
-    step_rewards,
-)
+
+step_credit = load_benchmark("step_credit")
+bootstrap_ci, hit, label_steps = step_credit.bootstrap_ci, step_credit.hit, step_credit.label_steps
+localisation, pair_wins = step_credit.localisation, step_credit.pair_wins
+sequence_auc, step_rewards = step_credit.sequence_auc, step_credit.step_rewards
 
 CHAIN = Chain.from_question("7+5-3+8")  # 7+5=12, 12-3=9, 9+8=17
 
