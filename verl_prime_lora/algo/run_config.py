@@ -105,7 +105,7 @@ def actor_lora_rank(config: Any) -> int:
 
 
 def actor_uses_lora(config: Any) -> bool:
-    """Mirrors veRL's `ref_in_actor` test (trainer_base.py:234-237)."""
+    """Mirrors veRL's `ref_in_actor` test (trainer_base.py)."""
     return actor_lora_rank(config) > 0 or get(config, "actor_rollout_ref.model.lora_adapter_path") is not None
 
 
@@ -135,7 +135,7 @@ def reference_source(config: Any, use_reference_policy: bool) -> str:
     starts from the (LoRA) actor's base borrows the actor with its adapter off (veRL's ref
     log-probs when they exist at temperature 1, else one extra actor forward at temperature 1);
     otherwise a frozen copy. `policy` — the rollout policy's old log-probs at temperature 1.
-    veRL computes old/ref log-probs at the rollout temperature (trainer_base.py:1654, 1701), so they
+    veRL computes old/ref log-probs at the rollout temperature (trainer_base.py), so they
     are reused only when that temperature is 1.0.
     """
     t_is_one = float(get(config, "actor_rollout_ref.rollout.temperature", 1.0)) == PRM_TEMPERATURE

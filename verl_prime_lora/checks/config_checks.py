@@ -3,7 +3,7 @@
 `validate_prime_config(config)` raises `PrimeConfigError` (a `ValueError`) whose message names the
 offending key. It is called
 
-* in the driver, from veRL's own `validate_config` (main_ppo.py:177, before `run_ppo` calls
+* in the driver, from veRL's own `validate_config` (main_ppo.py, before `run_ppo` calls
   `ray.init`), through the one wrapper installed by `verl_prime_lora.integration.patches` — veRL has no
   config hook before Ray starts; and
 * again in the PRIME trainers' `__init__` (inside the TaskRunner), for entry points that bypass
@@ -243,7 +243,7 @@ def check_compute_dtype(config: Any) -> None:
     """Refuse an FSDP engine `dtype` that asks for a precision the engine will not compute in.
 
     veRL 0.9.1's FSDP engine computes in `mixed_precision.param_dtype` (bf16 when `mixed_precision` or the
-    key is unset; verl/workers/engine/fsdp/transformer_impl.py:391-403) and never reads the engine's `dtype`,
+    key is unset; verl/workers/engine/fsdp/transformer_impl.py) and never reads the engine's `dtype`,
     which only the Megatron engine reads; veRL's FSDP config documents `dtype` as the mixed-precision
     dtype and sets it to bfloat16. So `fsdp_config.dtype=float32` (or float16) left alone would still
     compute in bf16. A `dtype` other than veRL's bfloat16 default is a request, and it must agree with

@@ -113,8 +113,8 @@ from verl_prime_lora.checks.finite_checks import label_quantity, value_problem
 
 logger = logging.getLogger(__name__)
 
-# veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py:192) and the
-# standalone rollout's (workers/rollout/replica.py:205): CPUs of each GPU's placement-group bundle.
+# veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py) and the
+# standalone rollout's (workers/rollout/replica.py): CPUs of each GPU's placement-group bundle.
 CPUS_PER_POOL_GPU = 3
 CPUS_PER_STANDALONE_ROLLOUT_GPU = 2
 DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_and_tokenize accepts

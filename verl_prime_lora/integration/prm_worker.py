@@ -1,7 +1,7 @@
 """The implicit PRM on veRL's own trainable worker (`TrainingWorker` + FSDP engine).
 
 No new worker class and no hand-made training loop: the PRM is a `RayWorkerGroup` of veRL's
-`TrainingWorker` (workers/engine_workers.py:77), placed on the actor's resource pool, so it shards,
+`TrainingWorker` (workers/engine_workers.py), placed on the actor's resource pool, so it shards,
 offloads (`prime.prm.engine.param_offload/optimizer_offload`) and checkpoints like veRL's critic.
 PRIME only supplies
 
@@ -14,7 +14,7 @@ PRIME only supplies
   the typed `prime_config.PrmConfig`;
 * `ImplicitPRM` — the controller-side handle the trainer uses: log-probs (with or without the LoRA
   adapter), one update over the batch, save/load. Data travels through TransferQueue exactly as for
-  veRL's critic (`trainer_base.py:1721-1741, 1804-1825`).
+  veRL's critic (`trainer_base.py`).
 
 Both PRM and reference log-probs are computed at temperature 1.0 (the PRM is a likelihood model,
 not a sampler; veRL divides logits by the rollout temperature only when asked, so we always pass 1.0).
@@ -60,7 +60,7 @@ def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float
 
     ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
     gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
-    the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py:147-162).
+    the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py).
     `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
     from the sum) included.
     """

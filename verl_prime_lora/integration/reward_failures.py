@@ -2,13 +2,13 @@
 
 What veRL 0.9.1 does on its own (V1 trainer, rewards computed by the reward-loop workers while the
 agent loop runs): a reward function that raises inside `RewardLoopWorker.compute_score`
-(experimental/reward_loop/reward_loop.py:145-155, `NaiveRewardManager.run_single` naive.py:66-84)
+(experimental/reward_loop/reward_loop.py, `NaiveRewardManager.run_single` naive.py)
 propagates through the Ray call in `AgentLoopWorker._compute_score` (experimental/agent_loop/
-agent_loop.py:1026) and `AgentLoopWorkerTQ._agent_loop_postprocess` (trainer/ppo/v1/agent_loop_tq.py:160)
-to `_run_prompt` (agent_loop_tq.py:133-143), which logs one traceback per failed rollout, never writes
+agent_loop.py) and `AgentLoopWorkerTQ._agent_loop_postprocess` (trainer/ppo/v1/agent_loop_tq.py)
+to `_run_prompt` (agent_loop_tq.py), which logs one traceback per failed rollout, never writes
 that rollout to TransferQueue and tags its prompt `failure`. The sync replay buffer still samples the
-group without it (replay_buffer.py:100-113, `sync_refill_failed_groups=False`), `_balance_batch` pads
-the batch with `is_padding` rows (trainer_base.py:1621, ppo/padding_utils.py:144-200), and no metric says so.
+group without it (replay_buffer.py, `sync_refill_failed_groups=False`), `_balance_batch` pads
+the batch with `is_padding` rows (trainer_base.py, ppo/padding_utils.py), and no metric says so.
 
 For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate_async`) instead:
 
@@ -178,7 +178,7 @@ async def guarded_score(
 def complete_key_sets(outputs: list[dict]) -> list[dict]:
     """One batch's reward-loop results with every failed row given each reward_extra_info key of the
     batch's scored rows (zeroed); for veRL's colocated path, which takes the key set from row 0
-    (`RewardLoopManager.compute_rm_score`, reward_loop.py:365-369), even when a row failed before this
+    (`RewardLoopManager.compute_rm_score`, reward_loop.py), even when a row failed before this
     process had scored any."""
     zeroed: dict[str, Any] = {}
     for output in outputs:

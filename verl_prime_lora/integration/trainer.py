@@ -7,14 +7,14 @@
 Each is the veRL trainer plus `PrimeTrainerMixin`, which overrides only private hooks of
 `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
 
-* `_load_checkpoint` (called at the end of `_setup`, line 392, once every pool exists): builds the
+* `_load_checkpoint` (called at the end of `_setup`, once every pool exists): builds the
   PRM worker group on the actor's pool, then veRL's resume, then the PRM's resume from
   `global_step_N/prm`.
 * `_save_checkpoint`: the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
   manager) into `global_step_N/prm` first, then veRL's own save, whose tracker file
   `latest_checkpointed_iteration.txt` is written last — a checkpoint is never marked complete
   without its PRM — and only then old checkpoints removed (`checkpoint_files`).
-* `_compute_advantage` (line 1743; runs after old/ref log-probs, before the actor update):
+* `_compute_advantage` (runs after old/ref log-probs, before the actor update):
   reference log-probs → labels → PRM forward → PRM update (`prime.prm.update`) → token process
   rewards → the estimator named by `algorithm.adv_estimator`, called with `process_rewards`.
 
@@ -513,9 +513,9 @@ class PrimeTrainerMixin:
         return data, process_rewards
 
     def _advantage_step(self, batch, data: DataProto, step: StepRows, process_rewards: torch.Tensor, metrics: dict):
-        """veRL's own pre-processing (trainer_base.py:1751-1773: KL in reward, rollout correction), the process
+        """veRL's own pre-processing (trainer_base.py: KL in reward, rollout correction), the process
         gate, the estimator named by `algorithm.adv_estimator`, and the write-back of exactly the fields veRL's
-        `_compute_advantage` writes (trainer_base.py:1786-1800); advantages or returns that are NaN/inf on a
+        `_compute_advantage` writes (trainer_base.py); advantages or returns that are NaN/inf on a
         response token stop the run before the write-back (`finite_checks.check_finite`)."""
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         if self.config.algorithm.use_kl_in_reward:

@@ -18,7 +18,7 @@ Notation as in `memory_formulas` (P = parameters, c = compute bytes, p = param b
   after the sync (veRL's `finalize` empties only PyTorch's cache): resident from the first sync on.
 * PyTorch's caching allocator keeps a process's freed blocks, and veRL empties a worker's cache only when it
   offloads its parameters (`fsdp_utils.offload_fsdp_model_to_cpu`) and, colocated, the actor's before vLLM
-  wakes up (`engine_workers.py:769`); so a worker without `param_offload` keeps holding its resident states
+  wakes up (`engine_workers.py`); so a worker without `param_offload` keeps holding its resident states
   and its allocator's cache while the others run: `ALLOCATOR_CACHE_FACTOR` (2.0, measured on an H200) × its
   largest phase, more than that phase, as cached blocks of different phases' sizes are not reused.
   GPU peak = max over workers of (its peak + what the others hold).
@@ -63,7 +63,7 @@ class EngineSpec:
     sync_buffer_bytes: int = 0  # the actor's weight-sync bucket buffers
     sync_buffers_resident: bool = False  # nccl: the sender's buckets stay in cupy's pool for the whole run
     fused_logits: bool = False  # model.use_fused_kernels: logits one chunk at a time
-    empties_cache_before_rollout: bool = False  # colocated actor (engine_workers.py:769)
+    empties_cache_before_rollout: bool = False  # colocated actor (engine_workers.py)
 
 
 @dataclass
