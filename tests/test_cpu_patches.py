@@ -11,6 +11,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl_prime_lora.cpu import patches
 from verl_prime_lora.cpu.detect import cpu_platform_wanted
 from verl_prime_lora.integration.prompt_filter import AccuracyBandReplayBuffer
+from verl_prime_lora.patching import is_patched
 
 pytestmark = pytest.mark.skipif(not cpu_platform_wanted(), reason="the CPU patches apply on the CPU platform only")
 
@@ -41,8 +42,11 @@ def test_an_explicit_poll_interval_is_kept():
 
 
 def test_patch_is_idempotent():
+    from verl.trainer.ppo.v1 import replay_buffer
+
     wrapped = ReplayBuffer.__init__
-    patches.poll_replay_buffer_often()
+    assert is_patched(wrapped)  # applied when veRL's replay buffer was imported
+    patches.poll_replay_buffer_often(replay_buffer)
     assert ReplayBuffer.__init__ is wrapped
 
 
@@ -52,7 +56,7 @@ def vllm_queue_reader():
     shm_broadcast = pytest.importorskip("vllm.distributed.device_communicators.shm_broadcast")
     from vllm.utils.network_utils import get_open_zmq_ipc_path
 
-    patches.sleep_in_vllm_queue_waits()
+    assert is_patched(shm_broadcast.SpinCondition.wait)  # applied when vLLM's module was imported
     context = zmq.Context()
     address = get_open_zmq_ipc_path()
     writer = shm_broadcast.SpinCondition(is_reader=False, context=context, notify_address=address)
@@ -79,9 +83,9 @@ def test_a_vllm_queue_reader_sleeps_instead_of_spinning(vllm_queue_reader, monke
 
 def test_vllm_patches_are_idempotent():
     shm_broadcast = pytest.importorskip("vllm.distributed.device_communicators.shm_broadcast")
-    patches.apply_vllm_process_patches()
+    patches.apply_all()
     wrapped = shm_broadcast.SpinCondition.wait
-    patches.apply_vllm_process_patches()
+    patches.apply_all()
     assert shm_broadcast.SpinCondition.wait is wrapped
 
 

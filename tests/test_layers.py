@@ -11,12 +11,12 @@ ALLOWED = {
     "algo": set(),
     "rewards": set(),
     "run_processes": set(),
-    "patch_marks": set(),
-    "cpu": {"patch_marks", "run_processes"},
+    "patching": set(),
+    "cpu": {"patching", "run_processes"},
     "checks": {"algo", "rewards"},
     "tools": {"algo", "rewards"},
     "preflight": {"algo", "checks"},
-    "integration": {"algo", "checks", "patch_marks", "rewards", "run_processes"},
+    "integration": {"algo", "checks", "patching", "rewards", "run_processes"},
     "demo": {"algo", "cpu", "rewards", "tools"},
 }
 

@@ -62,7 +62,7 @@ from verl_prime_lora.integration.trainer import (
     process_reward_stats,
     process_spread_metrics,
 )
-from verl_prime_lora.patch_marks import is_patched
+from verl_prime_lora.patching import is_patched
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 

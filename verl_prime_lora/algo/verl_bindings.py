@@ -6,10 +6,10 @@ it before veRL would run the plugin while `core_algos` is half-initialised, and 
 would fail. So `core_algos` imports only torch/numpy and this module:
 
 * ``register_adv_est(name)`` records an advantage estimator here; ``register_recorded_estimators()``
-  hands the records to veRL's registry. The plugin calls it at `import verl`, right after importing
-  `core_algos`: in every process that imports veRL, the estimators are registered once, whichever of
-  veRL and `core_algos` was imported first. With veRL's plugin loading turned off
-  (``VERL_USE_EXTERNAL_PLUGINS``), call it yourself.
+  hands the records to veRL's registry. The plugin imports `core_algos` at `import verl` and calls it where
+  veRL's registry (`verl.trainer.ppo.core_algos`) is imported: in every process that looks an estimator up,
+  the estimators are registered once, whichever of veRL and `core_algos` was imported first. With veRL's
+  plugin loading turned off (``VERL_USE_EXTERNAL_PLUGINS``), call it yourself.
 * ``masked_whiten`` is veRL's, imported at its first call.
 """
 

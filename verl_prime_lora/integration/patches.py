@@ -1,9 +1,9 @@
 """Every monkeypatch of veRL that the plugin makes (the CPU platform keeps its own in `cpu/patches.py`).
 
-veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function,
-applied once per process at `import verl` (`integration.plugin.REGISTERING_MODULES` imports this module),
-idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2, 3 and 5 fix veRL
-for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
+veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function, applied
+where veRL's module is imported (`MODULE_PATCHES`; `integration.plugin.REGISTERING_MODULES` imports this module
+at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2, 3 and
+5 fix veRL for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py` calls in the driver right before `run_ppo` starts Ray.
@@ -56,7 +56,7 @@ import sys
 from typing import Any
 
 from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
-from verl_prime_lora.patch_marks import is_patched, mark
+from verl_prime_lora.patching import is_patched, mark, when_imported
 from verl_prime_lora.run_processes import reap_after_driver
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,7 @@ def _is_main_ppo_driver() -> bool:
     return getattr(spec, "name", None) == "verl.trainer.main_ppo"
 
 
-def install_driver_validation() -> None:
-    import verl.utils.config as verl_config
-
+def install_driver_validation(verl_config) -> None:
     original = verl_config.validate_config
     if is_patched(original):
         return
@@ -122,13 +120,8 @@ def apply_lora_dropout(peft_model: Any, p: float, adapter_name: str = "default")
     return changed
 
 
-def install_lora_dropout() -> None:
-    try:
-        from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
-    except Exception as exc:  # noqa: BLE001 - engine not importable here (e.g. no torch.distributed)
-        logger.debug("verl-prime-lora: FSDP engine not importable, LoRA dropout patch skipped: %r", exc)
-        return
-
+def install_lora_dropout(transformer_impl) -> None:
+    FSDPEngine = transformer_impl.FSDPEngine
     original = FSDPEngine._build_lora_module
     if not is_patched(original):
 
@@ -143,10 +136,9 @@ def install_lora_dropout() -> None:
 
         FSDPEngine._build_lora_module = mark(_build_lora_module)
 
-    try:
-        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
-    except Exception:  # noqa: BLE001
-        return
+
+def record_lora_dropout_in_checkpoints(fsdp_checkpoint_manager) -> None:
+    FSDPCheckpointManager = fsdp_checkpoint_manager.FSDPCheckpointManager
     original_meta = FSDPCheckpointManager._get_lora_train_meta
     if not is_patched(original_meta):
 
@@ -174,9 +166,7 @@ class _FlushTolerantLogger(logging.LoggerAdapter):
         super().log(level, msg, *args, **kwargs)
 
 
-def tolerate_flush_kwarg_in_separate_async_logger() -> None:
-    from verl.trainer.ppo.v1 import trainer_separate_async
-
+def tolerate_flush_kwarg_in_separate_async_logger(trainer_separate_async) -> None:
     if not isinstance(trainer_separate_async.logger, _FlushTolerantLogger):
         trainer_separate_async.logger = _FlushTolerantLogger(trainer_separate_async.logger, {})
 
@@ -189,11 +179,10 @@ def tolerate_flush_kwarg_in_separate_async_logger() -> None:
 _GUARD_ATTR = "_prime_reward_guard"  # cached on each RewardLoopWorker
 
 
-def install_reward_failure_guard() -> None:
-    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
-
+def install_reward_failure_guard(reward_loop) -> None:
     from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_score, reward_guard
 
+    RewardLoopWorker = reward_loop.RewardLoopWorker
     original = RewardLoopWorker.compute_score
     if is_patched(original):
         return
@@ -255,19 +244,26 @@ def _tracker_open(file, mode="r", *args, **kwargs):
     return open(file, mode, *args, **kwargs)
 
 
-def publish_checkpoint_tracker_atomically() -> None:
-    from verl.trainer.ppo.v1 import trainer_base
-
+def publish_checkpoint_tracker_atomically(trainer_base) -> None:
     if not is_patched(getattr(trainer_base, "open", None)):
         trainer_base.open = mark(_tracker_open)
 
 
+# module -> its patches, applied where the module is imported (`patching.when_imported`)
+MODULE_PATCHES = {
+    "verl.utils.config": (install_driver_validation,),
+    "verl.workers.engine.fsdp.transformer_impl": (install_lora_dropout,),
+    "verl.utils.checkpoint.fsdp_checkpoint_manager": (record_lora_dropout_in_checkpoints,),
+    "verl.trainer.ppo.v1.trainer_separate_async": (tolerate_flush_kwarg_in_separate_async_logger,),
+    "verl.experimental.reward_loop.reward_loop": (install_reward_failure_guard,),
+    "verl.trainer.ppo.v1.trainer_base": (publish_checkpoint_tracker_atomically,),
+}
+
+
 def apply_all() -> None:
-    install_driver_validation()
-    install_lora_dropout()
-    tolerate_flush_kwarg_in_separate_async_logger()
-    install_reward_failure_guard()
-    publish_checkpoint_tracker_atomically()
+    for module, patches in MODULE_PATCHES.items():
+        for patch in patches:
+            when_imported(module, patch)
 
 
 apply_all()

@@ -14,6 +14,7 @@ import warnings
 
 from verl_prime_lora.algo.verl_bindings import register_recorded_estimators
 from verl_prime_lora.integration import plugin_state
+from verl_prime_lora.patching import when_imported
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +35,34 @@ REGISTERING_MODULES = (
     "verl_prime_lora.integration.hydra_search_path",  # `+recipe=prime_lora` config group
     "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
     "verl_prime_lora.integration.patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
-    "verl_prime_lora.integration.trainer",  # `prime_sync` / `prime_separate_async` V1 trainers
 )
+# `prime_sync` / `prime_separate_async` register with veRL's V1 trainers, where those are imported (the TaskRunner
+# looks them up there): importing the trainer imports veRL's whole V1 trainer, which most processes never use.
+TRAINERS_MODULE = "verl_prime_lora.integration.trainer"
+VERL_ESTIMATORS = "verl.trainer.ppo.core_algos"  # where veRL's estimator registry lives
+VERL_TRAINERS = "verl.trainer.ppo.v1"
+
+
+def register_trainers(verl_trainers) -> None:
+    """Imports `TRAINERS_MODULE` (its `@register_trainer` classes) once `verl_trainers` is, naming it on failure."""
+    try:
+        importlib.import_module(TRAINERS_MODULE)
+    except Exception as exc:
+        raise ImportError(f"verl-prime-lora could not register its trainers ({TRAINERS_MODULE}): {exc!r}") from exc
 
 
 def register_all() -> None:
-    """Imports every registering module, then registers the recorded advantage estimators with veRL.
+    """Imports every registering module; registers the recorded advantage estimators where veRL's estimator
+    registry is imported, and the trainers where veRL's V1 trainers are.
 
     Each failure is logged at ERROR with its traceback; then one ImportError lists them all.
     """
     steps = [(name, functools.partial(importlib.import_module, name)) for name in REGISTERING_MODULES]
-    steps.append(("the advantage estimators", register_recorded_estimators))
+    for what, module, register in (
+        ("the advantage estimators", VERL_ESTIMATORS, lambda module: register_recorded_estimators()),
+        ("the trainers", VERL_TRAINERS, register_trainers),
+    ):
+        steps.append((f"{what}, on the import of {module}", functools.partial(when_imported, module, register)))
     failed = []
     for what, step in steps:
         try:
