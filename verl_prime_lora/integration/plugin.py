@@ -20,8 +20,8 @@ logger = logging.getLogger(__name__)
 
 # veRL's engine package warns once per process for every optional training backend it cannot import
 # ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni, automodel,
-# mindspeed, megatron; verl/workers/engine/__init__.py) — five lines in every Ray worker. Its
-# first import in any process comes from the modules below, so this filter (exact message, that
+# mindspeed, megatron; verl/workers/engine/__init__.py) — five lines in every Ray worker. veRL loads this
+# plugin at `import verl`, before anything imports that package, so this filter (exact message, that
 # module only) is in place in time; every other warning still shows.
 warnings.filterwarnings(
     "ignore", message=r"\w+ engine is not available: ", category=UserWarning, module=r"verl\.workers\.engine\Z"
