@@ -20,10 +20,12 @@ INSTALL_HINT = "pip install 'verl-prime-lora[cpu]' && python -m verl_prime_lora.
 
 
 def accelerator_present() -> bool:
-    """True on any host with a CUDA/ROCm/Ascend device, visible to this process or not."""
-    if torch.cuda.is_available():
-        return True
+    """True on any host with a CUDA/ROCm/Ascend device, visible to this process or not. The device nodes are
+    looked at first: that answers on a GPU host without asking the CUDA driver (this runs in vLLM's processes too,
+    `cpu/vllm_plugin.py`)."""
     if shutil.which("nvidia-smi") or any(Path(node).exists() for node in _ACCELERATOR_NODES):
+        return True
+    if torch.cuda.is_available():
         return True
     return importlib.util.find_spec("torch_npu") is not None
 
