@@ -49,6 +49,12 @@ def when_imported(name: str, patch: Callable[[ModuleType], None]) -> None:
             sys.meta_path.insert(0, _PatchOnImport())
 
 
+def when_each_imported(module_patches: dict[str, Callable[[ModuleType], None]]) -> None:
+    """`when_imported` for every (module name, patch) of `module_patches`."""
+    for name, patch in module_patches.items():
+        when_imported(name, patch)
+
+
 def _initialising(module: ModuleType) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 

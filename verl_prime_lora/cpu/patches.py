@@ -3,7 +3,7 @@
 `apply_all()` runs at `import verl` (verl_prime_lora/cpu/register.py) and in vLLM's own processes
 (verl_prime_lora/cpu/vllm_plugin.py), only when the CPU platform is selected, so on a CUDA machine none of these
 runs. A patch of a module is applied where that module is imported (`MODULE_PATCHES`,
-`verl_prime_lora.patching.when_imported`). Each patch is idempotent (it marks what it wrapped) and names the
+`verl_prime_lora.patching.when_each_imported`). Each patch is idempotent (it marks what it wrapped) and names the
 veRL / vLLM function it works around. Nothing is edited on disk.
 """
 
@@ -13,7 +13,7 @@ import os
 import torch
 import torch.distributed
 
-from verl_prime_lora.patching import is_patched, mark, when_imported
+from verl_prime_lora.patching import is_patched, mark, when_each_imported
 
 
 def dedupe_process_group_backend() -> None:
@@ -163,7 +163,7 @@ def sleep_in_vllm_queue_waits(shm_broadcast) -> None:
     shm_broadcast.SpinCondition.wait = mark(wait)
 
 
-# module -> its patch, applied where the module is imported (`patching.when_imported`)
+# module -> its patch, applied where the module is imported (`patching.when_each_imported`)
 MODULE_PATCHES = {
     "vllm.model_executor.layers.utils": keep_plain_vllm_linear_weights,
     "vllm.distributed.device_communicators.shm_broadcast": sleep_in_vllm_queue_waits,
@@ -176,5 +176,4 @@ def apply_all() -> None:
     """The CPU platform's patches, in this process: at once where nothing needs importing, else on import."""
     dedupe_process_group_backend()
     select_cuda_registered_engines()
-    for module, patch in MODULE_PATCHES.items():
-        when_imported(module, patch)
+    when_each_imported(MODULE_PATCHES)

@@ -56,7 +56,7 @@ import sys
 from typing import Any
 
 from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
-from verl_prime_lora.patching import is_patched, mark, when_imported
+from verl_prime_lora.patching import is_patched, mark, when_each_imported
 from verl_prime_lora.run_processes import reap_after_driver
 
 logger = logging.getLogger(__name__)
@@ -249,21 +249,19 @@ def publish_checkpoint_tracker_atomically(trainer_base) -> None:
         trainer_base.open = mark(_tracker_open)
 
 
-# module -> its patches, applied where the module is imported (`patching.when_imported`)
+# module -> its patch, applied where the module is imported (`patching.when_each_imported`)
 MODULE_PATCHES = {
-    "verl.utils.config": (install_driver_validation,),
-    "verl.workers.engine.fsdp.transformer_impl": (install_lora_dropout,),
-    "verl.utils.checkpoint.fsdp_checkpoint_manager": (record_lora_dropout_in_checkpoints,),
-    "verl.trainer.ppo.v1.trainer_separate_async": (tolerate_flush_kwarg_in_separate_async_logger,),
-    "verl.experimental.reward_loop.reward_loop": (install_reward_failure_guard,),
-    "verl.trainer.ppo.v1.trainer_base": (publish_checkpoint_tracker_atomically,),
+    "verl.utils.config": install_driver_validation,
+    "verl.workers.engine.fsdp.transformer_impl": install_lora_dropout,
+    "verl.utils.checkpoint.fsdp_checkpoint_manager": record_lora_dropout_in_checkpoints,
+    "verl.trainer.ppo.v1.trainer_separate_async": tolerate_flush_kwarg_in_separate_async_logger,
+    "verl.experimental.reward_loop.reward_loop": install_reward_failure_guard,
+    "verl.trainer.ppo.v1.trainer_base": publish_checkpoint_tracker_atomically,
 }
 
 
 def apply_all() -> None:
-    for module, patches in MODULE_PATCHES.items():
-        for patch in patches:
-            when_imported(module, patch)
+    when_each_imported(MODULE_PATCHES)
 
 
 apply_all()
