@@ -10,7 +10,9 @@ estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimat
                       the recipe's process gate (`algorithm.prime.process_gate: 0.75`);
 * `prime_grpo_ungated` the same with `process_gate=null`: the process term always counts fully;
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);
-* `prime_rloo`        PRIME as in the paper (RLOO).
+* `prime_rloo`        PRIME as in the paper (RLOO);
+* `oracle`            known credit instead of the PRM's: −1 on the first wrong step's tokens (`credit_controls`);
+* `prime_grpo_shuffled` the ungated PRM's rewards shuffled within each response (`credit_controls`).
 
     python benchmarks/learning.py [--steps 15] [--seeds 0] [--estimators ...] [--layouts colocated split ...]
                                   [--out benchmarks/out/learning]
@@ -56,6 +58,24 @@ from verl_prime_lora.demo.learning_run import (
 )
 
 DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
+# Arms whose token rewards are known rather than learned (`credit_controls`), on the ungated PRIME path: the PRM
+# still trains, and its rewards are replaced before the advantage.
+CONTROLS = str(Path(__file__).resolve().parent / "credit_controls.py")
+CREDIT_ARMS: dict[str, list[str]] = {
+    "oracle": [
+        *ESTIMATORS["prime_grpo_ungated"],
+        f"reward.custom_reward_function.path={CONTROLS}",
+        "reward.custom_reward_function.name=compute_score",
+        f"prime.process_rewards_fn.path={CONTROLS}",
+        "prime.process_rewards_fn.name=oracle_rewards",
+    ],
+    "prime_grpo_shuffled": [
+        *ESTIMATORS["prime_grpo_ungated"],
+        f"prime.process_rewards_fn.path={CONTROLS}",
+        "prime.process_rewards_fn.name=shuffled_rewards",
+    ],
+}
+ARMS = {**ESTIMATORS, **CREDIT_ARMS}
 
 
 def main() -> int:
@@ -64,7 +84,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=DEFAULT_ESTIMATORS)
+    parser.add_argument("--estimators", nargs="+", choices=sorted(ARMS), default=DEFAULT_ESTIMATORS)
     parser.add_argument(
         "--recipes", default=",".join(DEMO_RECIPES), help="the +recipe=[...] list of the colocated runs"
     )
@@ -102,6 +122,7 @@ def main() -> int:
                     overrides=[*placement, *args.overrides],
                     seed=seed,
                     recipes=recipes,
+                    estimator=ARMS[name],
                 )
                 run.name = f"{label} (seed {seed})" if len(args.seeds) > 1 else label
                 val = run.val_accuracy()

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_prime_lora.algo.prime_config import PRM_VERL_SECTIONS, AdvantageConfig, PrimeConfig, PrmConfig
+from verl_prime_lora.algo.prime_config import (
+    PRM_VERL_SECTIONS,
+    AdvantageConfig,
+    PrimeConfig,
+    PrmConfig,
+    ProcessRewardsFn,
+)
 from verl_prime_lora.tools import config_reference
 from verl_prime_lora.tools.config_reference import (
     END_MARKER,
@@ -52,8 +58,9 @@ def test_one_row_per_key_nested_sections_expanded_and_verl_sections_pointed_to()
     keys = [key for cls in config_reference.SECTIONS for key, _, _ in rows(cls)]
     assert len(keys) == len(set(keys))
     expected = (
-        [f"prime.{f.name}" for f in dataclasses.fields(PrimeConfig) if f.name != "prm"]
+        [f"prime.{f.name}" for f in dataclasses.fields(PrimeConfig) if f.name not in ("prm", "process_rewards_fn")]
         + [f"prime.prm.{f.name}" for f in dataclasses.fields(PrmConfig)]
+        + [f"prime.process_rewards_fn.{f.name}" for f in dataclasses.fields(ProcessRewardsFn)]
         + [f"prime.prm.{section}" for section in PRM_VERL_SECTIONS]
         + [f"algorithm.prime.{f.name}" for f in dataclasses.fields(AdvantageConfig)]
     )

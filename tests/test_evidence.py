@@ -3,6 +3,7 @@ chance by simulation."""
 
 import math
 import random
+import statistics
 
 import pytest
 from benchmark_scripts import load_benchmark
@@ -49,8 +50,8 @@ def test_under_chance_the_pooled_z_rarely_passes_its_threshold():
 
 def test_mean_ci95_is_the_student_t_interval():
     mean, low, high = mean_ci95([0.4, 0.5, 0.6])
-    # s = 0.1, t_{0.975, 2} = 4.303
-    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    # s = 0.1, t_{0.975, 2} = 4.3027
+    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(4.3027 * 0.1 / math.sqrt(3), rel=1e-4)
     assert mean - low == pytest.approx(high - mean)
     assert mean_ci95([0.3]) == (0.3, 0.3, 0.3)
 
@@ -62,3 +63,42 @@ def test_mean_ci95_covers_the_true_mean_about_95_percent_of_the_time():
         low, high = mean_ci95([rng.gauss(1.0, 2.0) for _ in range(5)])[1:]
         covered += low <= 1.0 <= high
     assert 0.93 < covered / 4000 < 0.97  # binomial sd of the rate: 0.0034
+
+
+@pytest.mark.parametrize(
+    "df, quantile",  # t_{0.975, df} from published tables
+    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (20, 2.0860), (30, 2.0423), (60, 2.0003), (120, 1.9799)],
+)
+def test_t_quantile_matches_the_tables(df, quantile):
+    assert evidence.t_quantile(0.975, df) == pytest.approx(quantile, abs=2e-4)
+    assert evidence.t_cdf(quantile, df) == pytest.approx(0.975, abs=1e-5)
+
+
+def test_welch_interval_of_two_arms():
+    a, b = [0.5, 0.6, 0.7, 0.55], [0.4, 0.45, 0.42]
+    diff, low, high = evidence.welch_ci95(a, b)
+    va, vb = statistics.variance(a) / 4, statistics.variance(b) / 3
+    df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 2)  # Welch–Satterthwaite: 3.9 here
+    assert diff == pytest.approx(statistics.mean(a) - statistics.mean(b))
+    assert high - diff == pytest.approx(evidence.t_quantile(0.975, df) * math.sqrt(va + vb))
+    assert diff - low == pytest.approx(high - diff)
+
+
+def test_permutation_p_exact_and_sampled():
+    # 3 vs 3 fully separated: 2 of the C(6, 3) = 20 relabellings are as extreme (two-sided)
+    assert evidence.permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(2 / 20)
+    assert evidence.permutation_p([1.0, 2.0], [1.0, 2.0]) == 1.0
+    rng = random.Random(3)
+    a, b = [rng.gauss(0, 1) for _ in range(15)], [rng.gauss(0, 1) for _ in range(15)]
+    sampled = evidence.permutation_p(a, b, draws=20_000)  # C(30, 15) = 1.55e8 relabellings: sampled
+    assert 0.0 < sampled <= 1.0
+    assert evidence.permutation_p(a, b, draws=20_000, seed=1) == pytest.approx(sampled, abs=0.02)
+
+
+def test_permutation_p_is_uniform_under_the_null():
+    rng = random.Random(4)
+    ps = [
+        evidence.permutation_p([rng.gauss(0, 1) for _ in range(4)], [rng.gauss(0, 1) for _ in range(4)])
+        for _ in range(400)
+    ]
+    assert 0.02 < sum(p <= 0.05 for p in ps) / 400 < 0.09  # exact test over 70 relabellings: P(p ≤ 0.05) ≈ 0.057

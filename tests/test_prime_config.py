@@ -22,6 +22,7 @@ from verl_prime_lora.algo.prime_config import (
     PrimeConfig,
     PrimeConfigError,
     PrmConfig,
+    ProcessRewardsFn,
     advantage_config,
     config_value,
     prime_config,
@@ -66,7 +67,8 @@ def recipe_section(config, path, skip=()):
     "cls, path, skip",
     [
         (PrmConfig, "prime.prm", PRM_VERL_SECTIONS),
-        (PrimeConfig, "prime", ("prm",)),
+        (PrimeConfig, "prime", ("prm", "process_rewards_fn")),
+        (ProcessRewardsFn, "prime.process_rewards_fn", ()),
         (AdvantageConfig, "algorithm.prime", ()),
     ],
 )

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from main_ppo_driver import main_ppo_stopped_before_ray
 from omegaconf import OmegaConf
 from tensordict import NonTensorData, TensorDict
+from verl.protocol import DataProto
 
 import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import prm_bce_loss
@@ -37,6 +38,7 @@ from verl_prime_lora.algo.run_config import (
     resume_folder,
 )
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.checks.finite_checks import NonFiniteError
 from verl_prime_lora.integration.prm_worker import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
@@ -113,6 +115,8 @@ def test_plain_verl_configs_are_left_alone():
         (["algorithm.prime.process_gate=0.5"], "algorithm.prime.process_gate"),
         (["algorithm.prime.process_gate=1.5"], "algorithm.prime.process_gate"),
         (["algorithm.prime.process_gate=high"], "algorithm.prime.process_gate"),
+        (["prime.process_rewards_fn.path=/no/such/file.py"], "prime.process_rewards_fn.path"),
+        (["+prime.process_rewards_fn.color=red"], "prime.process_rewards_fn.color"),
     ],
 )
 def test_each_error_names_its_key(overrides, key):
@@ -856,3 +860,56 @@ def test_prm_gradient_is_the_same_on_one_rank_and_on_two(rows, micro_1, micro_2,
 
     torch.testing.assert_close(one_rank, theta.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(two_ranks, theta.grad, rtol=1e-4, atol=1e-6)
+
+
+def _trainer_with_process_rewards_fn(fn) -> PrimeTrainerSync:
+    trainer = object.__new__(PrimeTrainerSync)
+    trainer.process_rewards_fn = fn
+    trainer.prime = SimpleNamespace(process_rewards_fn=SimpleNamespace(name=getattr(fn, "__name__", "fn")))
+    trainer.tokenizer = None
+    trainer.global_steps = 3
+    return trainer
+
+
+def test_a_process_rewards_fn_replaces_the_prm_rewards_masked():
+    rewards = torch.randn(3, 4, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float64)
+    data = DataProto.from_dict({"responses": torch.arange(12).reshape(3, 4)})
+    step = SimpleNamespace(reward_infos=[{"k": 0}, {"k": 1}, {"k": 2}])
+    seen = {}
+
+    def flip(process_rewards, response_mask, responses, reward_infos, tokenizer):
+        seen.update(responses=responses, infos=reward_infos)
+        process_rewards.fill_(0)  # the function gets a copy: the PRM's rewards stay as they were
+        return -torch.ones(3, 4)
+
+    replaced = _trainer_with_process_rewards_fn(flip)._replaced_process_rewards(data, step, rewards, mask)
+    assert torch.equal(replaced, -mask) and replaced.dtype == torch.float64
+    assert torch.equal(seen["responses"], data.batch["responses"]) and seen["infos"] == step.reward_infos
+    assert rewards.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "result, message",
+    [
+        (torch.zeros(3, 5), r"returned \(3, 5\); expected a tensor of shape \(3, 4\)"),
+        ([0.0] * 12, "returned list"),
+        (torch.full((3, 4), math.nan), "replaced token process rewards are NaN"),
+    ],
+)
+def test_a_process_rewards_fn_that_returns_the_wrong_thing_stops_the_step(result, message):
+    rewards, mask = torch.zeros(3, 4), torch.ones(3, 4)
+    data = DataProto.from_dict({"responses": torch.zeros(3, 4, dtype=torch.long)})
+    trainer = _trainer_with_process_rewards_fn(lambda **kwargs: result)
+    with pytest.raises((PrimeConfigError, NonFiniteError), match=message) as err:
+        trainer._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}] * 3), rewards, mask)
+    assert str(err.value).startswith("prime.process_rewards_fn")
+
+
+def test_the_process_rewards_fn_is_loaded_before_ray(tmp_path):
+    source = tmp_path / "credit.py"
+    source.write_text("def zero(process_rewards, **kwargs):\n    return process_rewards * 0\n")
+    cfg = colocated(f"prime.process_rewards_fn.path={source}", "prime.process_rewards_fn.name=zero")
+    validate_prime_config(cfg)
+    with pytest.raises(PrimeConfigError, match=r"^prime.process_rewards_fn.path: cannot load 'one'"):
+        validate_prime_config(colocated(f"prime.process_rewards_fn.path={source}", "prime.process_rewards_fn.name=one"))

@@ -206,6 +206,30 @@ class PrmConfig(_Section):
 
 
 @dataclass(frozen=True)
+class ProcessRewardsFn(_Section):
+    """`prime.process_rewards_fn`: a function that replaces the PRM's token rewards before the advantage.
+
+    For studies of credit (an oracle that knows the wrong step, a shuffled control, an explicit PRM): the
+    PRM still trains and is measured as usual (`prm/*`), and the estimator gets the function's rewards in place
+    of r = β·(log π_φ − log π_ref)·m. The trainer calls it once a step as
+    `fn(process_rewards, response_mask, responses, reward_infos, tokenizer)`: the PRM's rewards and the
+    response mask (B, T), the response token ids (B, T), each row's `reward_extra_info` dict and the actor's
+    tokenizer; it returns rewards (B, T), finite on response tokens. The process gate still reads the PRM's
+    pairwise accuracy: set `algorithm.prime.process_gate=null` for the function's rewards at full weight.
+
+    Args:
+        path: the file defining the function (or `pkg://module`), as veRL's `reward.custom_reward_function.path`;
+            null: the PRM's own rewards (PRIME).
+        name: the function's name in that file.
+    """
+
+    KEY: ClassVar[str] = "prime.process_rewards_fn"
+
+    path: Optional[str] = None
+    name: str = "process_rewards"
+
+
+@dataclass(frozen=True)
 class PrimeConfig(_Section):
     """`prime`: the PRIME trainers' settings.
 
@@ -221,6 +245,7 @@ class PrimeConfig(_Section):
             log-probs from a forward of their own as well as from its update, their largest difference logged
             (`prm/pre_update_log_prob_max_abs_diff`): one PRM forward more per step.
         prm: the implicit PRM (`PrmConfig`).
+        process_rewards_fn: a function replacing the PRM's token rewards (`ProcessRewardsFn`); null: PRIME's.
     """
 
     KEY: ClassVar[str] = "prime"
@@ -229,6 +254,7 @@ class PrimeConfig(_Section):
     reward_timeout_s: Optional[float] = 120.0
     diagnostics: bool = False
     prm: PrmConfig = field(default_factory=PrmConfig)
+    process_rewards_fn: ProcessRewardsFn = field(default_factory=ProcessRewardsFn)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_failed_rollout_ratio <= 1.0:

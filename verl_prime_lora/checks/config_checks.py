@@ -11,7 +11,8 @@ offending key. It is called
 
 The `prime.*` and `algorithm.prime.*` keys are checked by building their typed sections
 (`verl_prime_lora.algo.prime_config`); the checks here are those that span sections. It only reads the
-config (plus the two tokenizers when the PRM has its own model/tokenizer path).
+config (plus the two tokenizers when the PRM has its own model/tokenizer path, and the file of
+`prime.process_rewards_fn` when one is set).
 Nothing here imports torch or Ray.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl_prime_lora.algo.prime_config import PrimeConfigError, advantage_config, prime_config
+from verl_prime_lora.algo.prime_config import PrimeConfigError, ProcessRewardsFn, advantage_config, prime_config
 from verl_prime_lora.algo.run_config import (
     PRIME_ESTIMATORS,
     PRIME_TRAINERS,
@@ -126,8 +127,10 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     # 4. prime.* and algorithm.prime.*: types, ranges and choices (verl_prime_lora.algo.prime_config)
     if get(config, "prime.prm") is None:
         _fail("prime.prm", "is missing; select the recipe with `+recipe=prime_lora` (or _colocated).")
-    prm = prime_config(config).prm
+    prime = prime_config(config)
+    prm = prime.prm
     advantage_config(get(config, "algorithm"))
+    load_process_rewards_fn(prime.process_rewards_fn)
 
     # 5. the PRM's mini-batches against the actor's
     actor_mini = int(get(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 1))
@@ -149,6 +152,20 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True) -> None:
     # 8. same tokenizer for PRM and policy
     if check_tokenizers:
         check_prm_tokenizer(config)
+
+
+def load_process_rewards_fn(ref: ProcessRewardsFn):
+    """The function `prime.process_rewards_fn` names, or None when its `path` is null (the PRM's own rewards)."""
+    if not ref.path:
+        return None
+    from verl.utils.import_utils import load_extern_object
+
+    try:
+        return load_extern_object(ref.path, ref.name)
+    except Exception as exc:  # noqa: BLE001 - missing file, import error, missing function
+        raise PrimeConfigError(
+            f"{ref.KEY}.path: cannot load {ref.name!r} from {ref.path}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def step_batch_rows(config: Any) -> tuple[int, int]:

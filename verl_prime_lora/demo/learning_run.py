@@ -192,11 +192,13 @@ def run_learning(
     env: dict[str, str] | None = None,
     echo: Callable[[str], None] | None = print_now,
     recipes: tuple[str, ...] = DEMO_RECIPES,
+    estimator: list[str] | None = None,
 ) -> LearningRun:
     """One real `main_ppo` learning run of estimator `name` (a key of `ESTIMATORS`) on `assets`.
 
     `overrides` come last (they win); `echo` receives one progress line per logged step as it is logged (None: quiet);
-    `recipes`: the `+recipe=[...]` list.
+    `recipes`: the `+recipe=[...]` list; `estimator`: the overrides that select the estimator, for an arm not in
+    `ESTIMATORS` (default: `ESTIMATORS[name]`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     metrics = workdir / "metrics.jsonl"
@@ -204,7 +206,7 @@ def run_learning(
     args = [
         f"+recipe=[{','.join(recipes)}]",
         *DEMO_OVERRIDES,
-        *ESTIMATORS[name],
+        *(ESTIMATORS[name] if estimator is None else estimator),
         f"data.train_files={assets['train']}",
         f"data.val_files={assets['test']}",
         f"actor_rollout_ref.model.path={assets['model']}",

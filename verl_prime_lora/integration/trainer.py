@@ -60,7 +60,7 @@ from verl_prime_lora.algo.core_algos import (
     process_gate_weight,
     process_group_spread,
 )
-from verl_prime_lora.algo.prime_config import advantage_config, prime_config
+from verl_prime_lora.algo.prime_config import PrimeConfigError, ProcessRewardsFn, advantage_config, prime_config
 from verl_prime_lora.algo.run_config import (
     PRM_TEMPERATURE,
     REF_ACTOR_BASE,
@@ -74,7 +74,12 @@ from verl_prime_lora.algo.run_config import (
     resume_folder,
     reward_function_name,
 )
-from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
+from verl_prime_lora.checks.config_checks import (
+    compute_precision,
+    load_process_rewards_fn,
+    step_batch_rows,
+    validate_prime_config,
+)
 from verl_prime_lora.checks.finite_checks import check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.integration.checkpoint_files import (
     checkpoints_to_keep,
@@ -102,7 +107,7 @@ from verl_prime_lora.integration.prm_worker import (
 from verl_prime_lora.integration.reward_failures import account_rollouts
 from verl_prime_lora.integration.rollout_health import EngineMonitor, dead_replicas, engine_error
 from verl_prime_lora.integration.step_watchdog import StepWatchdog
-from verl_prime_lora.rewards.reward_info import label_unknown
+from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +132,7 @@ class StepRows:
     labels: torch.Tensor  # (B,)
     labelled: torch.Tensor  # (B,) 1.0 / 0.0
     lengths: list[int]
+    reward_infos: list[dict]  # each row's reward_extra_info (for `prime.process_rewards_fn`)
     response_mask_nested: torch.Tensor | None = None  # veRL's nested response mask, for the write-back
 
 
@@ -183,6 +189,7 @@ class PrimeTrainerMixin:
         self.prm_reference = reference_source(config, self.use_reference_policy)
         self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.algo.prime_config)
         self.prime_advantage = advantage_config(config.algorithm)  # algorithm.prime.*, typed
+        self.process_rewards_fn = load_process_rewards_fn(self.prime.process_rewards_fn)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
         self.watchdog = StepWatchdog()  # a step far past its usual time is logged with its phase
 
@@ -416,6 +423,7 @@ class PrimeTrainerMixin:
             labels=labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key),
             labelled=labelled_rows(lengths, unlabelled),
             lengths=lengths,
+            reward_infos=[reward_extra_info(fields) for fields in extra_fields],
         )
 
     def _prm_step(self, batch, step: StepRows, metrics: dict) -> tuple[DataProto, torch.Tensor]:
@@ -457,6 +465,8 @@ class PrimeTrainerMixin:
         )
 
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
+        if self.process_rewards_fn is not None:
+            fields.append("responses")
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         step.response_mask_nested = data["response_mask"]
         data = DataProto(batch=data.to_padded_tensor())
@@ -499,6 +509,8 @@ class PrimeTrainerMixin:
             self.global_steps,
             "Look for NaN/inf in the PRM's log-probs or in its reference's (prime.prm.reference).",
         )
+        if self.process_rewards_fn is not None:
+            process_rewards = self._replaced_process_rewards(data, step, process_rewards, mask)
         prm_metrics.update(
             process_spread_metrics(
                 process_rewards, mask, uid, self.prime_advantage, str(self.config.algorithm.adv_estimator)
@@ -511,6 +523,27 @@ class PrimeTrainerMixin:
             )
         metrics.update(prm_metrics)
         return data, process_rewards
+
+    def _replaced_process_rewards(self, data: DataProto, step: StepRows, process_rewards, mask) -> torch.Tensor:
+        """`prime.process_rewards_fn`'s token rewards in place of the PRM's (its contract: `ProcessRewardsFn`),
+        masked, and checked for shape and finiteness before any advantage reads them."""
+        key = ProcessRewardsFn.KEY
+        replaced = self.process_rewards_fn(
+            process_rewards=process_rewards.clone(),
+            response_mask=mask,
+            responses=data.batch["responses"],
+            reward_infos=step.reward_infos,
+            tokenizer=self.tokenizer,
+        )
+        if not isinstance(replaced, torch.Tensor) or replaced.shape != process_rewards.shape:
+            got = tuple(replaced.shape) if isinstance(replaced, torch.Tensor) else type(replaced).__name__
+            raise PrimeConfigError(
+                f"{key}: {self.prime.process_rewards_fn.name} returned {got}; expected a tensor of shape "
+                f"{tuple(process_rewards.shape)} (one reward per response token)."
+            )
+        replaced = replaced.to(process_rewards.dtype).mul(mask)
+        check_finite(key, "replaced token process rewards", replaced, mask, self.global_steps, "Fix the function.")
+        return replaced
 
     def _advantage_step(self, batch, data: DataProto, step: StepRows, process_rewards: torch.Tensor, metrics: dict):
         """veRL's own pre-processing (trainer_base.py: KL in reward, rollout correction), the process

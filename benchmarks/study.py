@@ -1,0 +1,138 @@
+"""A pre-registered comparison of learning arms: its runs in the registered order, then its one analysis.
+
+The plan (a JSON file committed with its pre-registration, before any run) fixes the task, the arms, the run
+order and the endpoint:
+
+    {"task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"]},
+     "endpoint_steps": [4, 6, 8],          # the endpoint: mean greedy validation accuracy over these evaluations
+     "primary": ["prime_grpo_ungated", "grpo"],   # the one test: first arm minus second
+     "runs": [{"arm": "grpo", "seed": 3}, {"arm": "prime_grpo_ungated", "seed": 3}, ...]}
+
+    python benchmarks/study.py run PLAN [--work DIR]     # every run not yet in the results, in the plan's order
+    python benchmarks/study.py analyse PLAN              # once every run is in: the test, written and printed
+
+`run` writes each finished run to `runs/<arm>_seed<seed>.json` beside the plan (its validation per step, its
+wall clock, its exit code) and can be stopped and restarted: a run already written is not run again. The
+warm start and checkpoints go to `--work` (default `benchmarks/out/<plan folder name>`).
+`analyse` refuses to run before every planned run has its file, and writes `analysis.json`: each run's
+endpoint, each arm's mean with its 95 % t interval, and for the primary pair the difference with its 95 %
+Welch interval and a two-sided permutation p (`evidence`). A run that failed (exit code ≠ 0, or an endpoint
+evaluation missing) is reported and kept out, never rerun by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evidence import mean_ci95, permutation_p, welch_ci95
+from learning import ARMS
+
+from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo.learning_run import run_learning
+
+
+def run_file(plan_path: Path, arm: str, seed: int) -> Path:
+    return plan_path.parent / "runs" / f"{arm}_seed{seed}.json"
+
+
+def run_all(plan_path: Path, work: Path) -> int:
+    plan = json.loads(plan_path.read_text())
+    task = plan["task"]
+    assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
+    for index, entry in enumerate(plan["runs"]):
+        arm, seed = entry["arm"], int(entry["seed"])
+        path = run_file(plan_path, arm, seed)
+        if path.exists():
+            continue
+        print(f"== run {index + 1}/{len(plan['runs'])}: {arm}, seed {seed}", flush=True)
+        run = run_learning(
+            arm,
+            assets,
+            work / f"{arm}_seed{seed}",
+            task["steps"],
+            task["test_freq"],
+            overrides=list(task.get("overrides", [])),
+            seed=seed,
+            estimator=ARMS[arm],
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "arm": arm,
+            "seed": seed,
+            "order": index,
+            "returncode": run.returncode,
+            "val_accuracy": dict(run.val_accuracy()),
+            "wall_s": run.wall,
+            "steps": run.steps,
+        }
+        path.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+def endpoint(record: dict, steps: list[int]) -> float | None:
+    """The mean of a run's validation accuracies at `steps`; None when it failed or missed one of them."""
+    val = {int(step): value for step, value in record["val_accuracy"].items()}
+    if record["returncode"] != 0 or any(step not in val for step in steps):
+        return None
+    return sum(val[step] for step in steps) / len(steps)
+
+
+def analyse(plan_path: Path) -> dict:
+    plan = json.loads(plan_path.read_text())
+    missing = [e for e in plan["runs"] if not run_file(plan_path, e["arm"], int(e["seed"])).exists()]
+    if missing:
+        raise SystemExit(f"{len(missing)} planned runs have no result yet (first: {missing[0]}); run them first.")
+    steps = [int(step) for step in plan["endpoint_steps"]]
+    by_arm: dict[str, dict[int, float]] = {}
+    failed = []
+    for entry in plan["runs"]:
+        record = json.loads(run_file(plan_path, entry["arm"], int(entry["seed"])).read_text())
+        value = endpoint(record, steps)
+        if value is None:
+            failed.append({"arm": entry["arm"], "seed": entry["seed"], "returncode": record["returncode"]})
+        else:
+            by_arm.setdefault(entry["arm"], {})[int(entry["seed"])] = value
+    arms = {arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v} for arm, v in by_arm.items()}
+    first, second = plan["primary"]
+    a, b = list(by_arm[first].values()), list(by_arm[second].values())
+    result = {
+        "endpoint": f"mean greedy validation accuracy at steps {steps}",
+        "arms": arms,
+        "failed_runs": failed,
+        "primary": {
+            "difference": f"{first} - {second}",
+            "welch_ci95": welch_ci95(a, b),
+            "permutation_p": permutation_p(a, b),
+        },
+    }
+    (plan_path.parent / "analysis.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["run", "analyse"])
+    parser.add_argument("plan", type=Path)
+    parser.add_argument("--work", type=Path, help="warm start and checkpoints (default benchmarks/out/<plan folder>)")
+    args = parser.parse_args(argv)
+    plan = args.plan.resolve()
+    if args.action == "run":
+        work = (args.work or Path("benchmarks/out") / plan.parent.name).resolve()
+        return run_all(plan, work)
+    result = analyse(plan)
+    for arm, stats in result["arms"].items():
+        mean, low, high = stats["mean_ci95"]
+        print(f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds")
+    primary = result["primary"]
+    diff, low, high = primary["welch_ci95"]
+    print(f"{primary['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), p = {primary['permutation_p']:.3f}")
+    if result["failed_runs"]:
+        print(f"failed runs, kept out: {result['failed_runs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

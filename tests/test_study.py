@@ -1,0 +1,90 @@
+"""benchmarks/study.py: runs in the plan's order, resumable; one analysis, only once every run is in."""
+
+import json
+
+import pytest
+from benchmark_scripts import load_benchmark
+
+from verl_prime_lora.demo.learning_run import LearningRun
+
+study = load_benchmark("study")
+evidence = load_benchmark("evidence")
+
+PLAN = {
+    "task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"]},
+    "endpoint_steps": [4, 6, 8],
+    "primary": ["prime_grpo_ungated", "grpo"],
+    "runs": [
+        {"arm": "grpo", "seed": 1},
+        {"arm": "prime_grpo_ungated", "seed": 1},
+        {"arm": "prime_grpo_ungated", "seed": 2},
+        {"arm": "grpo", "seed": 2},
+        {"arm": "grpo", "seed": 3},
+        {"arm": "prime_grpo_ungated", "seed": 3},
+    ],
+}
+
+
+def fake_run(arm: str, seed: int, base: float, returncode: int = 0) -> LearningRun:
+    run = LearningRun(name=arm, returncode=returncode, log=None)
+    key = "val-core/prime_lora/chain_arithmetic/acc/mean@1"
+    for step in (0, 2, 4, 6, 8):
+        run.steps[step] = {key: base + 0.01 * step + 0.001 * seed}
+        run.wall[step] = 10.0 * step
+    return run
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The (arm, seed) of each run started, with `run_learning` and the warm start faked."""
+    started = []
+
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator):
+        started.append((arm, seed))
+        assert (steps, test_freq, overrides) == (8, 2, ["data.max_response_length=96"])
+        assert estimator == study.ARMS[arm]
+        failed = (arm, seed) == ("grpo", 3)
+        return fake_run(arm, seed, 0.4 if arm == "grpo" else 0.5, returncode=1 if failed else 0)
+
+    monkeypatch.setattr(study, "run_learning", run_learning)
+    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {"out": out, **kwargs})
+    return started
+
+
+@pytest.fixture
+def plan_path(tmp_path):
+    path = tmp_path / "study" / "plan.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(PLAN))
+    return path
+
+
+def test_runs_follow_the_plans_order_and_are_not_run_twice(plan_path, calls, tmp_path):
+    study.run_file(plan_path, "grpo", 2).parent.mkdir()
+    study.run_file(plan_path, "grpo", 2).write_text(json.dumps({"already": "done"}))
+    assert study.run_all(plan_path, tmp_path / "work") == 0
+    expected = [(e["arm"], e["seed"]) for e in PLAN["runs"] if (e["arm"], e["seed"]) != ("grpo", 2)]
+    assert calls == expected
+    record = json.loads(study.run_file(plan_path, "prime_grpo_ungated", 3).read_text())
+    assert record["order"] == 5 and record["val_accuracy"]["8"] == pytest.approx(0.583)
+
+
+def test_the_analysis_waits_for_every_run(plan_path):
+    with pytest.raises(SystemExit, match="6 planned runs have no result"):
+        study.analyse(plan_path)
+
+
+def test_the_analysis_tests_the_primary_pair_on_the_endpoint(plan_path, calls, tmp_path):
+    study.run_all(plan_path, tmp_path / "work")
+    result = study.analyse(plan_path)
+    grpo = {seed: 0.4 + 0.06 + 0.001 * seed for seed in (1, 2)}  # mean of steps 4, 6, 8; seed 3 failed
+    prime = {seed: 0.5 + 0.06 + 0.001 * seed for seed in (1, 2, 3)}
+    assert result["arms"]["grpo"]["by_seed"] == pytest.approx(grpo)
+    assert result["arms"]["prime_grpo_ungated"]["by_seed"] == pytest.approx(prime)
+    assert result["failed_runs"] == [{"arm": "grpo", "seed": 3, "returncode": 1}]
+    a, b = list(prime.values()), list(grpo.values())
+    assert result["primary"]["welch_ci95"] == pytest.approx(evidence.welch_ci95(a, b))
+    assert result["primary"]["permutation_p"] == pytest.approx(evidence.permutation_p(a, b))
+    assert json.loads((plan_path.parent / "analysis.json").read_text())["primary"]["difference"] == (
+        "prime_grpo_ungated - grpo"
+    )
