@@ -15,15 +15,18 @@ the warm start), both at temperature 1, in fp32.
 For the responses that write their steps and have a wrong one (`benchmarks/step_credit.py`):
 
 * localisation: how often the step with the lowest reward is the first wrong step, against chance (1/#steps)
-  and against a PRM that always blamed the first (or the last) step;
+  and against position rules: always the first step, always the last, and the best rule that knows only the
+  number of steps;
 * AUC: first wrong step vs the right steps before it, within a response;
-* the same two for a control score, the reference policy's own log-likelihood of each step (`log π_ref`):
-  does the PRM know more than "unlikely tokens are wrong"?
+* the same two for a control score, the reference policy's own log-likelihood of each step (`log π_ref`), summed
+  over the step's tokens and averaged over them (a sum favours blaming long steps): does the PRM know more than
+  "unlikely tokens are wrong"?
 * sequence AUC: right vs wrong whole responses by total reward, for the stepwise responses and for those
   that skip the steps (where no step can be localised).
 
-95 % intervals are bootstrap intervals over responses. Writes `prm_credit.json` and `prm_credit.png`
-(the metrics vs step, and a handful of responses with every token coloured by its reward).
+95 % intervals are bootstrap intervals over problems (a problem's samples are resampled together: they are not
+independent). Writes `prm_credit.json`, with every scored response's step rewards (`per_response`), and
+`prm_credit.png` (the metrics vs step, and a handful of responses with every token coloured by its reward).
 """
 
 from __future__ import annotations
@@ -125,11 +128,14 @@ def token_starts(tokenizer, response: list[int]) -> tuple[str, list[int]]:
     return tokenizer.decode(response, skip_special_tokens=True), starts
 
 
-def score(responses, rewards: list[list[float]]) -> dict:
-    """Localisation, AUC and the right-vs-wrong AUC of whole responses for one set of token scores."""
+def score(responses, rewards: list[list[float]], per_token: bool = False) -> dict:
+    """Localisation, AUC (both resampled by problem) and the right-vs-wrong AUC of whole responses for one set of
+    token scores, a step's score the sum over its tokens (`per_token`: their mean)."""
     wrong = [(i, lab) for i, lab in enumerate(responses.labels) if lab.kind == "wrong"]
-    per_step = [step_credit.step_rewards(responses.starts[i], rewards[i], lab.spans) for i, lab in wrong]
-    found = step_credit.localisation(per_step, [lab.first_wrong for _, lab in wrong])
+    of_step = step_credit.step_means if per_token else step_credit.step_rewards
+    per_step = [of_step(responses.starts[i], rewards[i], lab.spans) for i, lab in wrong]
+    problems = [responses.problem(i) for i, _ in wrong]
+    found = step_credit.localisation(per_step, [lab.first_wrong for _, lab in wrong], problems)
     totals = [sum(r) for r in rewards]
     for group, kinds in (("stepwise", ("right", "wrong")), ("shortcut", ("shortcut",))):
         members = [i for i, lab in enumerate(responses.labels) if lab.kind in kinds]
@@ -137,6 +143,25 @@ def score(responses, rewards: list[list[float]]) -> dict:
         bad = [totals[i] for i in members if not responses.correct[i]]
         found[f"sequence_auc_{group}"] = step_credit.sequence_auc(right, bad)
     return found
+
+
+def per_response(responses, rewards: list[list[float]], likelihood: list[list[float]]) -> list[dict]:
+    """What each response was and got: its problem, kind, outcome, first wrong step, total reward, and per written
+    step the PRM's reward sum and the reference's mean token log-likelihood (for analyses beyond this script's)."""
+    rows = []
+    for i, lab in enumerate(responses.labels):
+        rows.append(
+            {
+                "problem": responses.problem(i),
+                "kind": lab.kind,
+                "correct": responses.correct[i],
+                "first_wrong": lab.first_wrong,
+                "total_reward": sum(rewards[i]),
+                "step_rewards": step_credit.step_rewards(responses.starts[i], rewards[i], lab.spans),
+                "step_likelihood_means": step_credit.step_means(responses.starts[i], likelihood[i], lab.spans),
+            }
+        )
+    return rows
 
 
 @dataclass
@@ -156,6 +181,10 @@ class Responses:
         labels = [step_credit.label_steps(chain, text) for (chain, _, _), text in zip(rows, texts)]
         correct = [value == 1.0 for value in accuracy(list(texts), [chain.answer for chain, _, _ in rows])]
         return cls(rows, list(texts), list(starts), labels, correct)
+
+    def problem(self, i: int) -> str:
+        """The problem response `i` answers (its chain's question)."""
+        return self.rows[i][0].question
 
     def kinds(self) -> dict[str, int]:
         return {kind: sum(lab.kind == kind for lab in self.labels) for kind in step_credit.KINDS}
@@ -211,16 +240,20 @@ def main(argv: list[str] | None = None) -> int:
             "responses": responses.kinds(),
             "prm": score(responses, rewards),
             "likelihood": score(responses, ref_log_probs),
+            "likelihood_per_token": score(responses, ref_log_probs, per_token=True),
+            "per_response": per_response(responses, rewards, ref_log_probs),
         }
         results.append(result)
         last = (step, responses, rewards)
-        found, like = result["prm"], result["likelihood"]
+        found, like, like_token = result["prm"], result["likelihood"], result["likelihood_per_token"]
         print(
             f"step {step:>3}: {result['responses']}\n  localisation {_number(found['localisation'])} "
             f"{_interval(found['localisation_ci'])} (chance {_number(found['chance'])}; always the first step "
-            f"{_number(found['first_step_share'])}, the last {_number(found['last_step_share'])}; likelihood "
-            f"{_number(like['localisation'])}), AUC {_number(found['auc'])} {_interval(found['auc_ci'])} "
-            f"(likelihood {_number(like['auc'])}); right-vs-wrong AUC of whole responses: stepwise "
+            f"{_number(found['first_step_share'])}, the last {_number(found['last_step_share'])}, the best "
+            f"position rule {_number(found['best_position_share'])}; likelihood {_number(like['localisation'])}, "
+            f"per token {_number(like_token['localisation'])}), AUC {_number(found['auc'])} "
+            f"{_interval(found['auc_ci'])} (likelihood {_number(like['auc'])}, per token "
+            f"{_number(like_token['auc'])}); right-vs-wrong AUC of whole responses: stepwise "
             f"{_number(found['sequence_auc_stepwise'])}, shortcut {_number(found['sequence_auc_shortcut'])}",
             flush=True,
         )

@@ -15,8 +15,9 @@ and, over the responses with a first wrong step `k` among `m ≥ 2` written step
 
 * **localisation** = mean of `[argmin_i R_i = k]`, a tie of `j` steps at the minimum counting `1/j` when `k` is
   among them (so a PRM equal to its reference, all `R_i = 0`, scores chance exactly); chance = mean `1/m`;
-  a PRM that always blamed the first (last) step would score the share of responses whose first wrong step
-  is their first (last) one, reported beside it;
+  a rule that always blamed the first (last) step would score the share of responses whose first wrong step
+  is their first (last) one, and the best rule that knows only `m` the share of the most common first wrong
+  position per `m`: all three are reported beside it;
 * **AUC** = P(R_k < R_j) + ½ P(R_k = R_j) over the pairs of the first wrong step `k` and a right step `j < k`
   of the same response (pairs within a response: no response's overall reward level enters).
 
@@ -87,6 +88,14 @@ def step_rewards(
     return totals
 
 
+def step_means(token_starts: list[int], token_values: list[float], spans: tuple[tuple[int, int], ...]) -> list[float]:
+    """The mean over the tokens whose first character lies in step `i`'s span (0 for a step no token starts in):
+    a per-token score, which does not grow with a step's length as `step_rewards` does."""
+    totals = step_rewards(token_starts, token_values, spans)
+    counts = step_rewards(token_starts, [1.0] * len(token_values), spans)
+    return [total / count if count else 0.0 for total, count in zip(totals, counts, strict=True)]
+
+
 def hit(rewards: list[float], first_wrong: int) -> float:
     """`[argmin R = k]`, a tie at the minimum counting 1/(number tied) when `k` is among them."""
     low = min(rewards)
@@ -100,37 +109,62 @@ def pair_wins(rewards: list[float], first_wrong: int) -> list[float]:
     return [1.0 if wrong < right else 0.5 if wrong == right else 0.0 for right in rewards[:first_wrong]]
 
 
-def localisation(rewards: list[list[float]], first_wrong: list[int]) -> dict:
-    """The localisation rate, its chance level and the within-response AUC over responses (each with >= 2
-    steps), with 95 % bootstrap intervals over responses (`bootstrap_ci`)."""
-    rows = [(r, k) for r, k in zip(rewards, first_wrong, strict=True) if len(r) >= 2]
-    hits = [hit(r, k) for r, k in rows]
-    chance = [1.0 / len(r) for r, _ in rows]
-    wins = [pair_wins(r, k) for r, k in rows]
+def best_position_share(rows: list[tuple[list[float], int]]) -> float | None:
+    """The best any rule that knows only the number of steps m could score: for each m, blame the position
+    that is most often the first wrong step among the responses with m steps (chosen on these very responses,
+    so an upper bound for a position rule)."""
+    by_steps: dict[int, list[int]] = {}
+    for rewards, first_wrong in rows:
+        by_steps.setdefault(len(rewards), []).append(first_wrong)
+    if not rows:
+        return None
+    best = sum(max(ks.count(k) for k in set(ks)) for ks in by_steps.values())
+    return best / len(rows)
 
-    def auc(sample: list[int]) -> float | None:
-        pooled = [w for i in sample for w in wins[i]]
+
+def localisation(rewards: list[list[float]], first_wrong: list[int], groups: list | None = None) -> dict:
+    """The localisation rate, its chance level and the within-response AUC over responses (each with >= 2
+    steps), with 95 % bootstrap intervals (`bootstrap_ci`) that resample `groups` (say, the problem each
+    response answers: its samples are not independent) with all their responses; None: each response alone.
+
+    Position-matched baselines beside chance: the share of first wrong steps that are the first step, the last
+    step, and the best position rule given the number of steps (`best_position_share`)."""
+    groups = list(range(len(rewards))) if groups is None else groups
+    rows = [(r, k, g) for r, k, g in zip(rewards, first_wrong, groups, strict=True) if len(r) >= 2]
+    hits = [hit(r, k) for r, k, _ in rows]
+    chance = [1.0 / len(r) for r, _, _ in rows]
+    wins = [pair_wins(r, k) for r, k, _ in rows]
+    members: dict = {}
+    for i, (_, _, group) in enumerate(rows):
+        members.setdefault(group, []).append(i)
+    clusters = list(members.values())
+
+    def auc(sample: list[list[int]]) -> float | None:
+        pooled = [w for cluster in sample for i in cluster for w in wins[i]]
         return sum(pooled) / len(pooled) if pooled else None
 
-    def rate(sample: list[int]) -> float | None:
-        return sum(hits[i] for i in sample) / len(sample) if sample else None
+    def rate(sample: list[list[int]]) -> float | None:
+        chosen = [i for cluster in sample for i in cluster]
+        return sum(hits[i] for i in chosen) / len(chosen) if chosen else None
 
-    everyone = list(range(len(rows)))
+    pairs = [(r, k) for r, k, _ in rows]
     return {
         "responses": len(rows),
+        "groups": len(clusters),
         "pairs": sum(len(w) for w in wins),
-        "localisation": rate(everyone),
-        "localisation_ci": bootstrap_ci(everyone, rate),
+        "localisation": rate(clusters),
+        "localisation_ci": bootstrap_ci(clusters, rate),
         "chance": sum(chance) / len(chance) if chance else None,
-        # what a PRM that always blamed the same position would score: the first step, the last one
-        "first_step_share": sum(k == 0 for _, k in rows) / len(rows) if rows else None,
-        "last_step_share": sum(k == len(r) - 1 for r, k in rows) / len(rows) if rows else None,
-        "auc": auc(everyone),
-        "auc_ci": bootstrap_ci(everyone, auc),
+        # what a rule that blames a position, whatever the rewards, would score
+        "first_step_share": sum(k == 0 for _, k in pairs) / len(pairs) if pairs else None,
+        "last_step_share": sum(k == len(r) - 1 for r, k in pairs) / len(pairs) if pairs else None,
+        "best_position_share": best_position_share(pairs),
+        "auc": auc(clusters),
+        "auc_ci": bootstrap_ci(clusters, auc),
     }
 
 
-def bootstrap_ci(items: list[int], statistic, draws: int = 2000, seed: int = 0) -> list[float] | None:
+def bootstrap_ci(items: list, statistic, draws: int = 2000, seed: int = 0) -> list[float] | None:
     """The 2.5 % and 97.5 % quantiles of `statistic` over `draws` resamples (with replacement) of `items`."""
     if not items:
         return None

@@ -38,7 +38,6 @@ from verl_prime_lora.algo.run_config import (
     resume_folder,
 )
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
-from verl_prime_lora.checks.finite_checks import NonFiniteError
 from verl_prime_lora.integration.prm_worker import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
@@ -53,6 +52,7 @@ from verl_prime_lora.integration.prm_worker import (
     prm_loss,
     update_forward_is_pre_update,
 )
+from verl_prime_lora.integration.step_guards import NonFiniteError
 from verl_prime_lora.integration.trainer import (
     PrimeTrainerSeparateAsync,
     PrimeTrainerSync,

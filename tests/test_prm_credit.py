@@ -55,6 +55,12 @@ def test_the_credit_of_each_checkpoint_is_written(fake_run, tmp_path):
         "seed": 0,
     }
     assert (tmp_path / "prm_credit.png").stat().st_size > 0
+    # every scored response is kept, with its problem; its step sums are those the localisation ranks
+    rows = trained["per_response"]
+    assert len(rows) == 12 and len({row["problem"] for row in rows}) == 6
+    assert all(len(row["step_rewards"]) == len(row["step_likelihood_means"]) for row in rows)
+    assert {"likelihood", "likelihood_per_token"} <= set(trained)
+    assert trained["prm"]["best_position_share"] is None or trained["prm"]["best_position_share"] >= 0
 
 
 def test_token_log_probs_are_those_of_each_sequence_alone(fake_run):

@@ -120,3 +120,32 @@ def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
     assert low < 0.7 < high and high - low < 0.25
     assert bootstrap_ci(items, mean) == [low, high]
     assert bootstrap_ci([], mean) is None
+
+
+def test_the_best_position_rule_blames_the_commonest_first_wrong_step_per_number_of_steps():
+    # two steps: first wrong at 0, 0, 1; three steps: at 2, 2, 1, 0
+    first_wrong = [0, 0, 1, 2, 2, 1, 0]
+    rewards = [[0.0] * m for m in (2, 2, 2, 3, 3, 3, 3)]
+    found = localisation(rewards, first_wrong)
+    assert found["best_position_share"] == pytest.approx((2 + 2) / 7)
+    assert found["best_position_share"] >= max(found["first_step_share"], found["last_step_share"])
+
+
+def test_intervals_resample_whole_problems():
+    """Eight samples of one problem are one draw: a rate that is 1 on one problem and 0 on the other has the
+    widest interval over two problems, whatever the number of samples."""
+    rewards = [[-1.0, 0.0]] * 8 + [[0.0, -1.0]] * 8
+    first_wrong = [0] * 16
+    by_problem = localisation(rewards, first_wrong, groups=["a"] * 8 + ["b"] * 8)
+    by_response = localisation(rewards, first_wrong)
+    assert by_problem["localisation"] == by_response["localisation"] == 0.5
+    assert by_problem["groups"] == 2 and by_response["groups"] == 16
+    assert by_problem["localisation_ci"] == [0.0, 1.0]
+    assert by_response["localisation_ci"][1] - by_response["localisation_ci"][0] < 0.6
+
+
+def test_step_means_are_per_token():
+    spans = ((7, 13), (15, 21))
+    starts = [0, 7, 10, 13, 15, 19, 21]
+    assert step_credit.step_means(starts, [9.0, 1.0, 2.0, 5.0, 3.0, 4.0, 9.0], spans) == [1.5, 3.5]
+    assert step_credit.step_means([0], [1.0], ((5, 6),)) == [0.0]

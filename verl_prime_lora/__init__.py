@@ -1,9 +1,14 @@
 """verl-prime-lora: PRIME (arXiv 2502.01456) as a plugin for veRL 0.9.1, with a LoRA actor.
 
 Its folders are its layers: `algo` (the math and the typed config), `integration` (the veRL plugin, PRIME
-trainers, PRM worker, prompt filter, patches), `checks` (before Ray), `rewards`, `cpu` (the CPU platform),
+trainers, PRM worker, prompt filter, the step's guards, patches), `checks` (before Ray), `rewards`, `cpu` (the CPU platform),
 `preflight` (GPU memory), `tools` (eval, export, config reference, tiny models) and `demo` (the CPU main job);
 the Hydra config group is `recipe/`. veRL loads `verl_prime_lora.integration.plugin` itself.
+
+**The seed**, as the code and the docs use the word: the training run behind the Tina-PRIME LoRA adapters, as their
+model card states it (DeepSeek-R1-Distill-Qwen-1.5B, LoRA r=32 α=128 on the seven projections, K=6 samples,
+β=0.05, a full-parameter PRM; docs/card.md). `recipe/prime_lora.yaml` reproduces it; where it does not, the
+Deviations table of the README says why.
 
 Importing this package only sets up its logger, here and nowhere else: ``verl_prime_lora.*`` loggers log
 from ``VERL_PRIME_LORA_LOGGING_LEVEL`` (default INFO), where the root logger's level (WARNING, set at

@@ -44,7 +44,7 @@ devices are there, so a missing device is blamed as such), `check_files_and_code
    (`<think>...</think> \\boxed{GT}`). It must not raise; a dict result must hold `score` (veRL reads it)
    and, for a PRIME trainer, `prime.prm.label_key`; with the prompt filter, its `accuracy_key`. (veRL
    stores a plain number as `acc`.) The score and those keys' values must be finite numbers
-   (`finite_checks.value_problem`: not NaN, ±inf, a string or None).
+   (`rewards.reward_values.value_problem`: not NaN, ±inf, a string or None).
 5. agent loops (`check_agent_loops`), PRIME trainers only: every loop the run can use (`actor_rollout_ref.
    rollout.agent.default_agent_loop`, the `agent_name` column of parquet data files, the entries of
    `.agent_loop_config_path`) returns one output per session. veRL's V1 trainers accept loops whose `run`
@@ -109,7 +109,7 @@ from verl_prime_lora.algo.run_config import (
     training_ranks,
 )
 from verl_prime_lora.checks.config_checks import check_prm_tokenizer
-from verl_prime_lora.checks.finite_checks import label_quantity, value_problem
+from verl_prime_lora.rewards.reward_values import label_quantity, value_problem
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate
 * Reward-loop workers (`guarded_score`, installed on `RewardLoopWorker.compute_score` by
   `integration.patches`): an exception while scoring one rollout, a call that runs past `prime.reward_timeout_s`
   (veRL would wait on it for ever), or a score or PRM label that is NaN, ±inf or not a number
-  (`finite_checks.result_problem`), becomes a row with reward 0 and
+  (`reward_values.result_problem`), becomes a row with reward 0 and
   ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message" or the value problem
   ("non-finite score nan"), the PRM label key: 0.0, every other key this process has seen on a scored
   row, zeroed}: veRL's colocated reward path takes a batch's key set from its first row, so every row
@@ -55,8 +55,8 @@ from omegaconf import OmegaConf
 
 from verl_prime_lora.algo.prime_config import prime_config
 from verl_prime_lora.algo.run_config import MAX_RATIO_KEY, PRIME_TRAINERS, REWARD_FN_KEY
-from verl_prime_lora.checks.finite_checks import is_value_problem, result_problem
 from verl_prime_lora.rewards.reward_info import reward_extra_info
+from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem
 
 TIMEOUT_KEY = "prime.reward_timeout_s"
 
@@ -156,7 +156,7 @@ async def guarded_score(
     score: Callable[[], Awaitable[dict]], label_key: str | None, timeout_s: float | None = None
 ) -> dict:
     """`await score()` (one rollout's reward-loop result), turning an exception, a call that runs past `timeout_s`
-    seconds, or a score or PRM label that is not a finite number (`finite_checks.result_problem`), into
+    seconds, or a score or PRM label that is not a finite number (`reward_values.result_problem`), into
     `failed_result`. A call past its time is abandoned, not stopped: veRL runs the reward function in a thread."""
     try:
         result = await asyncio.wait_for(score(), timeout_s)
@@ -205,7 +205,7 @@ class RolloutAccount:
 
     expected: int  # rollouts asked for: rollout.n per prompt
     failed: int  # rollouts present whose reward failed: it raised, ran past its time, or was not a finite number
-    unusable: int  # of those, the rollouts whose reward was not a finite number (finite_checks.value_problem)
+    unusable: int  # of those, the rollouts whose reward was not a finite number (reward_values.value_problem)
     timed_out: int  # of those, the rollouts whose reward call ran past prime.reward_timeout_s
     dropped: int  # rollouts asked for and absent
     padding: int  # veRL's padding rows
@@ -281,7 +281,7 @@ def account_rollouts(
     session), `extra_fields` the rows' veRL extra fields, `expected_prompts` the prompts the batch was
     sampled for (a prompt whose every rollout was lost leaves no key). A rollout counts as failed when
     any of its rows carries ``reward_failed``, and as unusable when that row's ``reward_error`` is a value
-    problem (`finite_checks.is_value_problem`).
+    problem (`reward_values.is_value_problem`).
     """
     sessions: dict[str, set[str]] = {}
     failed_sessions: set[tuple[str, str]] = set()

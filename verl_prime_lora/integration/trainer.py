@@ -80,7 +80,6 @@ from verl_prime_lora.checks.config_checks import (
     step_batch_rows,
     validate_prime_config,
 )
-from verl_prime_lora.checks.finite_checks import check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.integration.checkpoint_files import (
     checkpoints_to_keep,
     no_space_left,
@@ -106,6 +105,7 @@ from verl_prime_lora.integration.prm_worker import (
 )
 from verl_prime_lora.integration.reward_failures import account_rollouts
 from verl_prime_lora.integration.rollout_health import EngineMonitor, dead_replicas, engine_error
+from verl_prime_lora.integration.step_guards import check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.integration.step_watchdog import StepWatchdog
 from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
@@ -384,7 +384,7 @@ class PrimeTrainerMixin:
         return data.batch["old_log_probs"].float()
 
     def _update_actor(self, batch, metrics: dict):
-        """veRL's actor update, then its loss and grad norm checked finite (`finite_checks.check_actor_update`)."""
+        """veRL's actor update, then its loss and grad norm checked finite (`step_guards.check_actor_update`)."""
         self.watchdog.enter("the actor update", "the actor worker group")
         batch = super()._update_actor(batch, metrics)
         check_actor_update(metrics, self.global_steps)
@@ -430,7 +430,7 @@ class PrimeTrainerMixin:
         """The PRM's part of a step: its log-probs before the update, the reference's, the update
         (`prime.prm.update`), and the token process rewards r = β·(log π_φ − log π_ref)·m with the `prm/*`
         metrics. A NaN/inf update loss or grad norm, or process reward on a response token, stops the run
-        (`finite_checks`). Returns veRL's step data (padded) and the process rewards (B, T)."""
+        (`step_guards`). Returns veRL's step data (padded) and the process rewards (B, T)."""
         timing = getattr(self, "timing_raw", {})
         # 1. the PRM's log-probs before this step's update: from the update's own first forward where that is
         # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
@@ -549,7 +549,7 @@ class PrimeTrainerMixin:
         """veRL's own pre-processing (trainer_base.py: KL in reward, rollout correction), the process
         gate, the estimator named by `algorithm.adv_estimator`, and the write-back of exactly the fields veRL's
         `_compute_advantage` writes (trainer_base.py); advantages or returns that are NaN/inf on a
-        response token stop the run before the write-back (`finite_checks.check_finite`)."""
+        response token stop the run before the write-back (`step_guards.check_finite`)."""
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         if self.config.algorithm.use_kl_in_reward:
             data, kl_metrics = apply_kl_penalty(

@@ -1,16 +1,12 @@
-"""Non-finite values never reach an optimizer in a PRIME run: the checks, as small pure functions.
+"""A PRIME step never trains on a NaN or an infinity: the guards the trainer runs every step.
 
-Where each one acts:
-
-* `value_problem` / `result_problem` — a reward-loop result whose score or PRM label is NaN, ±inf or not a
-  number (a string, None): `reward_failures.guarded_score` turns it into a failed row (reward 0, no PRM
-  label; counted in ``reward/failed_*`` and stopped above ``prime.max_failed_rollout_ratio``), and the
-  start-up dry run (`checks.input_checks.dry_run_reward`) refuses the reward function that returned it.
-* `check_prm_update` — after the PRM update (`trainer._prm_step`): a NaN/inf ``prm/update_loss`` or
-  ``prm/grad_norm`` stops the run before the actor's update; `check_actor_update` — after the actor's
-  (`trainer._update_actor`): a NaN/inf ``actor/pg_loss`` or ``actor/grad_norm`` stops it before the checkpoint.
-* `check_finite` — the token process rewards (`trainer._prm_step`) and the advantages and returns
-  (`trainer._advantage_step`), on every response token, before they are used or written back.
+* `check_prm_update`, after the PRM update (`trainer._prm_step`): a NaN/inf ``prm/update_loss`` or
+  ``prm/grad_norm`` stops the run before the actor's update.
+* `check_actor_update`, after the actor's update (`trainer._update_actor`): a NaN/inf ``actor/pg_loss`` or
+  ``actor/grad_norm`` stops it before the checkpoint.
+* `check_finite`, on every response token, before the values are used or written back: the token process
+  rewards (`trainer._prm_step`, and those of `prime.process_rewards_fn`), the advantages and the returns
+  (`trainer._advantage_step`).
 
 Nothing here imports torch, veRL or Ray: tensors are read through their own methods.
 """
@@ -20,9 +16,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-NON_FINITE = "non-finite"  # how a value problem starts: "non-finite score nan"
-NON_NUMBER = "non-number"  # "non-number score 'abc' (str)"
-MAX_REPR_CHARS = 80
 MAX_ROWS_NAMED = 8
 
 # What the PRM worker's update returns (`ImplicitPRM.update`) → the metric it is logged as.
@@ -33,46 +26,6 @@ ACTOR_UPDATE_METRICS = ("actor/pg_loss", "actor/grad_norm")
 
 class NonFiniteError(RuntimeError):
     """A value a PRIME step would train on is NaN or infinite; the message starts with the config key."""
-
-
-def value_problem(quantity: str, value: Any) -> str | None:
-    """Why `value` cannot be trained on — "non-finite score nan", "non-number score 'abc' (str)" — or None
-    when it is a finite number (anything `float()` takes, strings excepted: a Python or numpy number, a
-    0-d tensor)."""
-    if isinstance(value, (str, bytes)):
-        number = None
-    else:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = None
-    if number is None:
-        text = repr(value)
-        text = text if len(text) <= MAX_REPR_CHARS else text[: MAX_REPR_CHARS - 3] + "..."
-        return f"{NON_NUMBER} {quantity} {text} ({type(value).__name__})"
-    if not math.isfinite(number):
-        return f"{NON_FINITE} {quantity} {number}"
-    return None
-
-
-def is_value_problem(error: str) -> bool:
-    """Whether a failed row's ``reward_error`` is a `value_problem` (else it is the exception the reward raised,
-    "Type: message", whose type name has no hyphen)."""
-    return error.startswith((NON_FINITE, NON_NUMBER))
-
-
-def label_quantity(label_key: str) -> str:
-    return f"PRM label {label_key!r}"
-
-
-def result_problem(result: dict, label_key: str | None) -> str | None:
-    """The first `value_problem` of a reward-loop result ({"reward_score", "reward_extra_info"}): its score,
-    then its PRM label ``reward_extra_info[label_key]`` when it has one; None when both are finite numbers."""
-    problem = value_problem("score", result.get("reward_score"))
-    info = result.get("reward_extra_info") or {}
-    if problem is None and label_key and label_key in info:
-        problem = value_problem(label_quantity(label_key), info[label_key])
-    return problem
 
 
 def _check_update(key: str, who: str, values: dict[str, float], grad_norm: str, step: int, hint: str) -> None:

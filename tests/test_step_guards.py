@@ -1,4 +1,5 @@
-"""Non-finite values never reach an optimizer (verl_prime_lora.checks.finite_checks): what counts as a finite
+"""Non-finite values never reach an optimizer (verl_prime_lora.integration.step_guards, and
+verl_prime_lora.rewards.reward_values for a reward's result): what counts as a finite
 number, the stop after a NaN/inf PRM update, the stop on NaN/inf process rewards and advantages before they are
 written back, and the veRL behaviour the PRM update's message relies on."""
 
@@ -15,16 +16,9 @@ from hydra import compose, initialize_config_dir
 from verl import DataProto
 
 from verl_prime_lora.algo.prime_config import advantage_config, prime_config
-from verl_prime_lora.checks.finite_checks import (
-    NonFiniteError,
-    check_actor_update,
-    check_finite,
-    check_prm_update,
-    is_value_problem,
-    result_problem,
-    value_problem,
-)
 from verl_prime_lora.integration import trainer as trainer_module
+from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
+from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
