@@ -51,7 +51,8 @@ GIB = 1 << 30
 def plan(out: Path) -> dict:
     """Every trainer-GPU worker of the seed recipes, with the preflight's estimate (bytes) of each phase."""
     from verl_prime_lora import preflight as pf
-    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
+    from verl_prime_lora.preflight import memory as mem
+    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
 
     engines: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as model_dir:
@@ -61,7 +62,7 @@ def plan(out: Path) -> dict:
             pf.check_config(cfg)
             layout = pf.layout_from_config(cfg)
             for shape, spec in layout.workers:
-                est = pf.worker_estimate(shape, spec)
+                est = mem.worker_estimate(shape, spec)
                 key = json.dumps(
                     {k: v for k, v in dataclasses.asdict(spec).items() if k in MEASURED_FIELDS}, sort_keys=True
                 )
@@ -72,7 +73,7 @@ def plan(out: Path) -> dict:
                         "recipes": [],
                         "spec": dataclasses.asdict(spec),
                         "estimate": {
-                            "cuda_context": pf.CUDA_CONTEXT_BYTES,
+                            "cuda_context": mem.CUDA_CONTEXT_BYTES,
                             "resident": est.resident_bytes,
                             "phases": {p: sum(r.bytes for r in rows) for p, rows in est.phases.items()},
                             "peak": est.peak_bytes,

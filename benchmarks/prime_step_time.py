@@ -135,7 +135,7 @@ def pass_counts(overrides: list[str]) -> dict:
     from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows
     from verl_prime_lora.integration.prm_worker import model_dropout, update_forward_is_pre_update
     from verl_prime_lora.integration.trainer import prm_passes
-    from verl_prime_lora.preflight.compose_and_check import compose_config
+    from verl_prime_lora.preflight.layout import compose_config
 
     config = compose_config(overrides)
     prm = prime_config(config).prm

@@ -129,15 +129,16 @@ def test_each_gpu_script_fits_the_gpus_the_readme_gives_it(script, gib, gpus, tm
     import json
 
     from verl_prime_lora import preflight as pf
-    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
+    from verl_prime_lora.preflight import memory as mem
+    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(R1_DISTILL_QWEN_1_5B_CONFIG))
     overrides = launched_overrides(script, tmp_path, MODEL=str(model))
-    report = pf.estimate(pf.layout_from_config(pf.compose_config(overrides)), gib * pf.GIB)
+    report = pf.estimate(pf.layout_from_config(pf.compose_config(overrides)), gib * mem.GIB)
     assert len(report.gpus) == gpus
-    assert report.fits, [(gpu.title, round(gpu.total / pf.GIB, 1)) for gpu in report.gpus]
+    assert report.fits, [(gpu.title, round(gpu.total / mem.GIB, 1)) for gpu in report.gpus]
     has_prm = any(row.label.startswith("PRM") for row in report.gpus[0].rows)
     assert has_prm == (script != "run_grpo_lora_baseline.sh")  # veRL's own trainer: no PRM
 

@@ -13,8 +13,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl_prime_lora import preflight as pf
-from verl_prime_lora.preflight import GIB, ModelShape
-from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
+from verl_prime_lora.preflight import memory as mem
+from verl_prime_lora.preflight.memory import GIB, R1_DISTILL_QWEN_1_5B_CONFIG, ModelShape
 
 SEED_CONFIG = R1_DISTILL_QWEN_1_5B_CONFIG  # the seed's base model: actor, PRM and reference
 SEED_PARAMS = 1_777_088_000
@@ -110,7 +110,7 @@ def rows(report: pf.Report, gpu: int = 0) -> dict[str, float]:
 
 def test_seed_shape_parameter_count_matches_transformers():
     shape = ModelShape.from_hf_config(SEED_CONFIG)
-    assert pf.param_count(shape) == SEED_PARAMS  # ≈ 1.78B, untied embeddings
+    assert mem.param_count(shape) == SEED_PARAMS  # ≈ 1.78B, untied embeddings
     assert meta_param_count(SEED_CONFIG) == SEED_PARAMS
     # the formula written out: embeddings + lm_head + final norm + 28 x (q/k/v with bias, o, MLP, 2 norms)
     h, i, kv, v = 1536, 8960, 2 * 128, 151936
@@ -121,7 +121,7 @@ def test_seed_shape_parameter_count_matches_transformers():
 @pytest.mark.parametrize("name", sorted(TINY_SHAPES))
 def test_parameter_formula_matches_transformers_on_tiny_shapes(name):
     config = TINY_SHAPES[name]
-    assert pf.param_count(ModelShape.from_hf_config(config)) == meta_param_count(config)
+    assert mem.param_count(ModelShape.from_hf_config(config)) == meta_param_count(config)
 
 
 def test_lora_parameter_count_matches_peft():
@@ -134,8 +134,8 @@ def test_lora_parameter_count_matches_peft():
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=targets))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     shape = ModelShape.from_hf_config(config)
-    assert pf.lora_param_count(shape, 4, pf.lora_targets(targets)) == trainable
-    assert pf.lora_targets("all-linear") == pf.LINEARS
+    assert mem.lora_param_count(shape, 4, mem.lora_targets(targets)) == trainable
+    assert mem.lora_targets("all-linear") == mem.LINEARS
 
 
 def test_unsupported_architecture_is_a_config_error():
@@ -150,61 +150,61 @@ def test_activation_and_logit_formulas_on_the_seed_shape():
     shape = ModelShape.from_hf_config(SEED_CONFIG)
     h, i, q, kv, c = 1536, 8960, 1536, 256, 2
     per_layer = 8 * h + c * (2 * h + 2 * q + 2 * kv + 4 * i)
-    assert pf.layer_activation_bytes(shape, c) == per_layer == 97_280
+    assert mem.layer_activation_bytes(shape, c) == per_layer == 97_280
     # LoRA r on the 7 linears with dropout: c·r + (c + 1)·in per linear
     ins = [h, h, h, q, h, h, i]
-    assert pf.layer_activation_bytes(shape, c, 32, pf.LINEARS, 0.05) == per_layer + sum(c * 32 + 3 * x for x in ins)
-    assert pf.layer_activation_bytes(shape, c, 32, pf.LINEARS, 0.0) == per_layer + 7 * c * 32
+    assert mem.layer_activation_bytes(shape, c, 32, mem.LINEARS, 0.05) == per_layer + sum(c * 32 + 3 * x for x in ins)
+    assert mem.layer_activation_bytes(shape, c, 32, mem.LINEARS, 0.0) == per_layer + 7 * c * 32
     tokens = 2 * 4096
-    full = pf.train_activation_bytes(shape, tokens, c, checkpointing=False)
-    ckpt = pf.train_activation_bytes(shape, tokens, c, checkpointing=True)
+    full = mem.train_activation_bytes(shape, tokens, c, checkpointing=False)
+    ckpt = mem.train_activation_bytes(shape, tokens, c, checkpointing=True)
     final_norm = tokens * (4 + c) * h
     assert full == tokens * 28 * per_layer + final_norm
     assert ckpt == tokens * (28 * c * h + per_layer) + final_norm
     assert full > 10 * ckpt
     # logits: V·c, + 4 B when training, + c for a temperature copy
-    assert pf.logits_bytes(shape, tokens, c, train=False, temperature_copy=False) == tokens * 151936 * 2
-    assert pf.logits_bytes(shape, tokens, c, train=True, temperature_copy=True) == tokens * 151936 * 8
+    assert mem.logits_bytes(shape, tokens, c, train=False, temperature_copy=False) == tokens * 151936 * 2
+    assert mem.logits_bytes(shape, tokens, c, train=True, temperature_copy=True) == tokens * 151936 * 8
     # vLLM KV cache: 2·L·K·d·2 B per token
-    assert pf.kv_cache_bytes_per_token(shape, 2, 1) == 2 * 28 * 2 * 128 * 2
+    assert mem.kv_cache_bytes_per_token(shape, 2, 1) == 2 * 28 * 2 * 128 * 2
 
 
 def test_full_parameter_prm_costs_16_bytes_per_parameter_and_shards():
     shape = ModelShape.from_hf_config(SEED_CONFIG)
-    spec = pf.EngineSpec(name="PRM", trainable=True, param_bytes=4, compute_bytes=2, shards=1, train_tokens=8192)
-    one = pf.worker_estimate(shape, spec)
+    spec = mem.EngineSpec(name="PRM", trainable=True, param_bytes=4, compute_bytes=2, shards=1, train_tokens=8192)
+    one = mem.worker_estimate(shape, spec)
     states = sum(r.bytes for r in one.resident if "CUDA" not in r.label) + sum(
         r.bytes for r in one.phases["update"] if r.label.startswith("grads")
     )
     assert states == 16 * SEED_PARAMS
-    four = pf.worker_estimate(shape, pf.EngineSpec(**{**spec.__dict__, "shards": 4}))
-    assert four.resident_bytes - pf.CUDA_CONTEXT_BYTES == pytest.approx(
-        (one.resident_bytes - pf.CUDA_CONTEXT_BYTES) / 4
+    four = mem.worker_estimate(shape, mem.EngineSpec(**{**spec.__dict__, "shards": 4}))
+    assert four.resident_bytes - mem.CUDA_CONTEXT_BYTES == pytest.approx(
+        (one.resident_bytes - mem.CUDA_CONTEXT_BYTES) / 4
     )
     # offloaded: weights and Adam leave the GPU between phases (CPU rows), the update brings them back
-    off = pf.worker_estimate(
-        shape, pf.EngineSpec(**{**spec.__dict__, "param_offload": True, "optimizer_offload": True})
+    off = mem.worker_estimate(
+        shape, mem.EngineSpec(**{**spec.__dict__, "param_offload": True, "optimizer_offload": True})
     )
-    assert off.resident_bytes == pf.CUDA_CONTEXT_BYTES
+    assert off.resident_bytes == mem.CUDA_CONTEXT_BYTES
     assert sum(r.bytes for r in off.cpu) == 12 * SEED_PARAMS
     assert off.peak_bytes == one.peak_bytes
-    assert off.held_bytes == pf.CUDA_CONTEXT_BYTES
+    assert off.held_bytes == mem.CUDA_CONTEXT_BYTES
     # not offloaded: it keeps its allocator's cache, ALLOCATOR_CACHE_FACTOR x its largest phase (measured)
     assert one.held_bytes == one.resident_bytes + int(2.0 * (one.peak_bytes - one.resident_bytes))
-    assert pf.ALLOCATOR_CACHE_FACTOR == 2.0
+    assert mem.ALLOCATOR_CACHE_FACTOR == 2.0
 
 
 def test_optimizer_step_is_the_full_parameter_peak_on_short_micro_batches():
     """PyTorch's foreach AdamW allocates one fp32 temporary of the trainable size (√v) next to the grads:
     on an H200 the full PRM's update peak above its resident states was exactly grads + that (2 x 4 B x P)."""
     shape = ModelShape.from_hf_config(SEED_CONFIG)
-    spec = pf.EngineSpec(name="PRM", trainable=True, param_bytes=4, compute_bytes=2, shards=1, train_tokens=512)
-    est = pf.worker_estimate(shape, spec)
+    spec = mem.EngineSpec(name="PRM", trainable=True, param_bytes=4, compute_bytes=2, shards=1, train_tokens=512)
+    est = mem.worker_estimate(shape, spec)
     step = sum(r.bytes for r in est.phases["optimizer step"])
     assert step == 2 * 4 * SEED_PARAMS
     assert est.peak_phase == "optimizer step"
-    lora = pf.worker_estimate(shape, pf.EngineSpec(**{**spec.__dict__, "lora_rank": 32, "targets": pf.LINEARS}))
-    assert sum(r.bytes for r in lora.phases["optimizer step"]) == 2 * 4 * pf.lora_param_count(shape, 32, pf.LINEARS)
+    lora = mem.worker_estimate(shape, mem.EngineSpec(**{**spec.__dict__, "lora_rank": 32, "targets": mem.LINEARS}))
+    assert sum(r.bytes for r in lora.phases["optimizer step"]) == 2 * 4 * mem.lora_param_count(shape, 32, mem.LINEARS)
 
 
 # -- the seed's layouts ------------------------------------------------------------------------------
@@ -373,14 +373,14 @@ def test_more_trainer_gpus_shard_the_states(seed_model):
 
 def test_gradient_checkpointing_and_micro_batch_move_the_activations(seed_model):
     def prm_update(est: pf.Layout) -> dict[str, int]:
-        prm = next(pf.worker_estimate(shape, spec) for shape, spec in est.workers if spec.name == "PRM (full)")
+        prm = next(mem.worker_estimate(shape, spec) for shape, spec in est.workers if spec.name == "PRM (full)")
         return {r.label: r.bytes for r in prm.phases["update"]}
 
     base = prm_update(layout(seed_model))["activations (8192 tok, checkpointing)"]
     no_ckpt = prm_update(layout(seed_model, "actor_rollout_ref.model.enable_gradient_checkpointing=false"))
     assert no_ckpt["activations (8192 tok, no checkpointing)"] > 10 * base
     dyn = layout(seed_model, "prime.prm.use_dynamic_bsz=true", "prime.prm.max_token_len_per_gpu=2048")
-    prm = next(pf.worker_estimate(shape, spec) for shape, spec in dyn.workers if spec.name == "PRM (full)")
+    prm = next(mem.worker_estimate(shape, spec) for shape, spec in dyn.workers if spec.name == "PRM (full)")
     assert "activations (2048 tok, checkpointing)" in [r.label for r in prm.phases["update"]]
     # a short micro-batch: the optimizer step (grads + AdamW's temporary) is the PRM's peak
     assert prm.peak_phase == "optimizer step"

@@ -194,7 +194,7 @@ def test_the_rehearsal_differs_from_the_users_run_only_where_reviewed(tmp_path):
     the CPU preset's and `REHEARSAL_OVERRIDES`' — this list — and nothing else."""
     import subprocess
 
-    from verl_prime_lora.preflight.compose_and_check import compose_config
+    from verl_prime_lora.preflight.layout import compose_config
 
     def composed(env: dict, *overrides: str):
         calls = tmp_path / "calls"

@@ -22,16 +22,14 @@ What sits where (veRL 0.9.1 V1 trainer, FSDP engine; every worker group is its o
 
 Modules (the estimator is pure functions on bytes; each module's docstring states its formulas)
 
-* `model_shape`: `ModelShape` from `config.json`; parameter and LoRA parameter counts.
-* `memory_formulas`: bytes of activations, logits, the FSDP compute copy and the KV cache; the constant terms.
-* `worker_memory`: one worker process (`EngineSpec` → `WorkerEstimate`): resident states, phases, CPU RAM.
-* `vllm_memory`: vLLM's share of a rollout GPU (`RolloutSpec` → `VllmEstimate`).
-* `config_values`: reading a composed config: keys with defaults, dtypes, a model's `config.json`.
-* `layout`: `Layout`, everything the estimate needs, from a composed config (`prime.*` via `prime_config`).
-* `report`: per-GPU totals, peaks and verdicts (`estimate` → `Report`), the placement lines.
-* `report_format`: the report as text and as JSON.
+* `memory`: the memory model, pure functions on bytes: `ModelShape` from `config.json` and its parameter
+  counts; bytes of activations, logits, the FSDP compute copy and the KV cache, and the constant terms; one
+  worker process (`EngineSpec` → `WorkerEstimate`: resident states, phases, CPU RAM); vLLM's share of a
+  rollout GPU (`RolloutSpec` → `VllmEstimate`).
+* `layout`: the config composed and checked as `main_ppo` does, its values read with their defaults, and
+  `Layout`, everything the estimate needs (`prime.*` via `prime_config`).
+* `report`: per-GPU totals, peaks and verdicts (`estimate` → `Report`), as text and as JSON.
 * `knobs`: config changes that make it fit, alone or greedily combined.
-* `compose_and_check`: the config composed and checked as `main_ppo` does; hints for veRL's messages.
 * `cli` (and `__main__`): the command line.
 
 These are planning numbers (a fit with under 5 % free is reported as tight). On an H200 with the seed's shapes
@@ -40,92 +38,22 @@ These are planning numbers (a fit with under 5 % free is reported as tight). On 
 and the allocator's cache of a worker that keeps it sets `ALLOCATOR_CACHE_FACTOR`.
 """
 
-from verl_prime_lora.preflight.cli import DEFAULT_GPU_GIB, main
-from verl_prime_lora.preflight.compose_and_check import HINTS, check_config, compose_config, hint_for
-from verl_prime_lora.preflight.config_values import DTYPE_BYTES, dtype_bytes, load_model_shape, select
-from verl_prime_lora.preflight.errors import PreflightConfigError
-from verl_prime_lora.preflight.knobs import apply_knob, candidate_knobs, find_knobs, knob_text
-from verl_prime_lora.preflight.layout import Layout, layout_from_config
-from verl_prime_lora.preflight.memory_formulas import (
-    ALLOCATOR_CACHE_FACTOR,
-    CUDA_CONTEXT_BYTES,
-    GIB,
-    VLLM_OVERHEAD_BYTES,
-    VLLM_SLEEP_RESIDUE_BYTES,
-    fsdp_compute_copy_bytes,
-    kv_cache_bytes_per_token,
-    layer_activation_bytes,
-    logits_bytes,
-    train_activation_bytes,
-    working_set_bytes,
-)
-from verl_prime_lora.preflight.model_shape import (
-    DENSE_MODEL_TYPES,
-    LINEARS,
-    ModelShape,
-    layer_param_count,
-    linear_shapes,
-    lora_param_count,
-    lora_targets,
-    param_count,
-    root_param_count,
-)
-from verl_prime_lora.preflight.report import GpuEstimate, Report, estimate, placement_lines, trainer_gpu_estimate
-from verl_prime_lora.preflight.report_format import TIGHT, format_report, report_json
-from verl_prime_lora.preflight.vllm_memory import RolloutSpec, VllmEstimate, vllm_estimate
-from verl_prime_lora.preflight.worker_memory import EngineSpec, Row, WorkerEstimate, worker_estimate
+from verl_prime_lora.preflight.cli import main
+from verl_prime_lora.preflight.knobs import find_knobs
+from verl_prime_lora.preflight.layout import Layout, check_config, compose_config, layout_from_config
+from verl_prime_lora.preflight.memory import PreflightConfigError
+from verl_prime_lora.preflight.report import Report, estimate, format_report, report_json
 
 __all__ = [
-    "ALLOCATOR_CACHE_FACTOR",
-    "CUDA_CONTEXT_BYTES",
-    "DEFAULT_GPU_GIB",
-    "DENSE_MODEL_TYPES",
-    "DTYPE_BYTES",
-    "GIB",
-    "HINTS",
-    "LINEARS",
-    "TIGHT",
-    "VLLM_OVERHEAD_BYTES",
-    "VLLM_SLEEP_RESIDUE_BYTES",
-    "EngineSpec",
-    "GpuEstimate",
     "Layout",
-    "ModelShape",
     "PreflightConfigError",
     "Report",
-    "RolloutSpec",
-    "Row",
-    "VllmEstimate",
-    "WorkerEstimate",
-    "apply_knob",
-    "candidate_knobs",
     "check_config",
     "compose_config",
-    "dtype_bytes",
     "estimate",
     "find_knobs",
     "format_report",
-    "fsdp_compute_copy_bytes",
-    "hint_for",
-    "knob_text",
-    "kv_cache_bytes_per_token",
-    "layer_activation_bytes",
-    "layer_param_count",
     "layout_from_config",
-    "linear_shapes",
-    "load_model_shape",
-    "logits_bytes",
-    "lora_param_count",
-    "lora_targets",
     "main",
-    "param_count",
-    "placement_lines",
     "report_json",
-    "root_param_count",
-    "select",
-    "train_activation_bytes",
-    "trainer_gpu_estimate",
-    "vllm_estimate",
-    "worker_estimate",
-    "working_set_bytes",
 ]

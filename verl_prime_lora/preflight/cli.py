@@ -9,12 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-from verl_prime_lora.preflight.compose_and_check import check_config, compose_config, hint_for
 from verl_prime_lora.preflight.knobs import find_knobs
-from verl_prime_lora.preflight.layout import layout_from_config
-from verl_prime_lora.preflight.memory_formulas import GIB
-from verl_prime_lora.preflight.report import estimate
-from verl_prime_lora.preflight.report_format import format_report, report_json
+from verl_prime_lora.preflight.layout import check_config, compose_config, hint_for, layout_from_config
+from verl_prime_lora.preflight.memory import GIB
+from verl_prime_lora.preflight.report import estimate, format_report, report_json
 
 DEFAULT_GPU_GIB = 80.0
 

@@ -6,9 +6,8 @@ import copy
 from typing import Any
 
 from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.preflight.config_values import select
-from verl_prime_lora.preflight.errors import PreflightConfigError
-from verl_prime_lora.preflight.layout import Layout, layout_from_config
+from verl_prime_lora.preflight.layout import Layout, layout_from_config, select
+from verl_prime_lora.preflight.memory import PreflightConfigError
 from verl_prime_lora.preflight.report import Report, estimate
 
 

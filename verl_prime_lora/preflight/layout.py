@@ -1,4 +1,6 @@
-"""The layout a composed config asks for: the models' shapes, every worker's engine and the rollout.
+"""From a composed config to the `Layout` the estimate needs: the config composed and checked as `main_ppo`
+composes and checks it before Ray starts, its values read with their defaults (a key's default, dtype names as
+bytes, a model's `config.json`, tokens per micro-batch), the models' shapes, every worker's engine and the rollout.
 
 Reads the config only (and the models' `config.json`: no weights, nothing downloaded). `prime.*` comes
 typed from `verl_prime_lora.algo.prime_config`; `prime.prm.model.*` and `prime.prm.engine.*` (veRL's own schemas,
@@ -7,8 +9,11 @@ untyped there) and veRL's keys are read from the config as they are.
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from verl_prime_lora.algo.prime_config import PrimeConfigError, prime_config
@@ -22,11 +27,117 @@ from verl_prime_lora.algo.run_config import (
     reference_source,
     trainer_mode,
 )
-from verl_prime_lora.preflight.config_values import dtype_bytes, load_model_shape, micro_batch_tokens, select
-from verl_prime_lora.preflight.errors import PreflightConfigError
-from verl_prime_lora.preflight.model_shape import ModelShape, lora_targets
-from verl_prime_lora.preflight.vllm_memory import RolloutSpec
-from verl_prime_lora.preflight.worker_memory import EngineSpec
+from verl_prime_lora.checks.config_checks import PRECISION_NAMES
+from verl_prime_lora.preflight.memory import EngineSpec, ModelShape, PreflightConfigError, RolloutSpec, lora_targets
+
+# Bytes per element under each of veRL's names of a dtype (config_checks.PRECISION_NAMES).
+DTYPE_BYTES = {
+    name: {"fp32": 4, "bf16": 2, "fp16": 2}[short] for short, names in PRECISION_NAMES.items() for name in names
+}
+
+
+def select(cfg: Any, key: str, default: Any = None) -> Any:
+    """`cfg.<key>` (dotted); `default` when absent or null."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key, default=default)
+    return default if value is None else value
+
+
+def dtype_bytes(key: str, value: Any) -> int:
+    """Bytes per element of the dtype `value` (set at `key`, named in the error)."""
+    name = str(value).lower()
+    if name not in DTYPE_BYTES:
+        raise PreflightConfigError(f"{key}: dtype {value!r} unknown (fp32, bf16, fp16).")
+    return DTYPE_BYTES[name]
+
+
+_SHAPES: dict[tuple[str, str], ModelShape] = {}
+
+
+def load_model_shape(model_key: str, cfg: Any) -> ModelShape:
+    """`<model_key>.hf_config_path` or `.path`: a local folder's config.json, with `.override_config` applied."""
+    from omegaconf import OmegaConf
+
+    source = select(cfg, f"{model_key}.hf_config_path") or select(cfg, f"{model_key}.path")
+    key = f"{model_key}.hf_config_path" if select(cfg, f"{model_key}.hf_config_path") else f"{model_key}.path"
+    if not source:
+        raise PreflightConfigError(f"{key}: not set; the preflight reads the model's config.json from a local folder.")
+    override = select(cfg, f"{model_key}.override_config", {}) or {}
+    override = OmegaConf.to_container(override, resolve=True) if not isinstance(override, dict) else override
+    cache_key = (str(source), json.dumps(override, sort_keys=True, default=str))
+    if cache_key in _SHAPES:
+        return _SHAPES[cache_key]
+    path = Path(str(source)).expanduser()
+    config_json = path / "config.json" if path.is_dir() else path
+    if not config_json.is_file():
+        raise PreflightConfigError(
+            f"{key}: {source} is not a local folder with a config.json (the preflight reads nothing remote; "
+            "download the model, or only its config.json, to a folder first)."
+        )
+    hf = json.loads(config_json.read_text())
+    hf.update({k: v for k, v in override.items() if not isinstance(v, dict)})
+    shape = ModelShape.from_hf_config(hf)
+    _SHAPES[cache_key] = shape
+    return shape
+
+
+def micro_batch_tokens(cfg: Any, use_dynamic: bool, micro_key: str, budget_key: str, seq_len: int, what: str) -> int:
+    """Tokens per micro-batch: the token budget at `budget_key` with dynamic batch sizes, else
+    `micro_key` responses × `seq_len`."""
+    if use_dynamic:
+        budget = select(cfg, budget_key)
+        if not budget:
+            raise PreflightConfigError(f"{budget_key}: not set, but {what} uses dynamic batch sizes.")
+        return int(budget)
+    micro = select(cfg, micro_key)
+    if not micro:
+        raise PreflightConfigError(f"{micro_key}: not set ({what} micro-batch, responses per GPU).")
+    return int(micro) * seq_len
+
+
+def compose_config(overrides: list[str]) -> Any:
+    """veRL's `ppo_trainer` config from veRL's config dir with `overrides`, as `main_ppo`'s @hydra.main."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def check_config(cfg: Any) -> None:
+    """What main_ppo checks before Ray starts, minus the files, in its order: the layout vs
+    `ray_kwargs.ray_init.num_gpus`, PRIME's config checks, and veRL's `validate_config` (the original, not the
+    plugin's wrapper, which also reads data files and dry-runs the reward)."""
+    import verl.utils.config as verl_config
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    from verl_prime_lora.checks.config_checks import validate_prime_config
+    from verl_prime_lora.checks.input_checks import check_devices
+
+    check_devices(cfg)
+    validate_prime_config(cfg, check_tokenizers=False)
+    validate = getattr(verl_config.validate_config, "__wrapped__", verl_config.validate_config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Disabled critic as algorithm.adv_estimator != gae"
+        validate(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+# veRL's messages for keys it has no default for (the recipes set them; an override may unset them), and what to set
+HINTS = {
+    "ppo_micro_batch_size": "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=N (responses per actor "
+    "forward/backward) and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=N (responses per actor "
+    "log-prob forward); veRL has no default; the recipes set 2 and 4, as the PRM's",
+    "log_prob_micro_batch_size": "set actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=N (responses per "
+    "actor log-prob forward); veRL has no default; the recipes set 4, as the PRM's infer_micro_batch_size_per_gpu",
+}
+
+
+def hint_for(message: str) -> str:
+    """A `hint: …` line for a veRL message about a key in `HINTS` ("" for any other)."""
+    hints = [text for needle, text in HINTS.items() if needle in message]
+    return f"\nhint: {hints[0]}" if hints else ""
 
 
 @dataclass
