@@ -23,7 +23,7 @@ def warm_assets(tmp_path_factory) -> dict:
 
 @pytest.fixture(autouse=True)
 def _no_ray_cluster_to_join(request, monkeypatch):
-    """The unit tests' configs pass `input_checks`, which looks for a Ray cluster that `ray.init` would join:
+    """The unit tests' configs pass `checks.inputs`, which looks for a Ray cluster that `ray.init` would join:
     one that `ray start` left on this machine (another test session's, say) is not theirs. The e2e runs get
     the same from their launcher (`cpu.launch.run_env_defaults`)."""
     if request.node.get_closest_marker("e2e") is None:

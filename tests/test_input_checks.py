@@ -1,4 +1,4 @@
-"""Input checks before Ray starts (verl_prime_lora.checks.input_checks): data files, model folders, a reward dry
+"""Input checks before Ray starts (verl_prime_lora.checks.inputs): data files, model folders, a reward dry
 run and the device layout, each failing with the config key and the path or row; correct configs pass."""
 
 import json
@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from main_ppo_driver import main_ppo_stopped_before_ray
 
 import verl_prime_lora.integration.patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
-from verl_prime_lora.checks.input_checks import InputCheckError, check_inputs
+from verl_prime_lora.checks.inputs import InputCheckError, check_inputs
 from verl_prime_lora.tools.tiny import write_assets
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")

@@ -280,7 +280,7 @@ CANARIES = [
         "verl_prime_lora/cpu/platform.py: PlatformCPU.is_available",
         "is_available() is still called once, outside detection's try/except (it raises CpuStackMissing)",
     ),
-    # -- config_checks.check_micro_batches / input_checks.check_resume_checkpoint ------------------
+    # -- config_checks.check_micro_batches / inputs.resume_checkpoint ------------------
     Canary(
         f"{TB}._get_required_batch_multiple",
         "e8205ec314c299a8",
@@ -296,7 +296,7 @@ CANARIES = [
     Canary(
         "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager.load_checkpoint",
         "af73743c08325a38",
-        "verl_prime_lora/checks/input_checks.py: check_resume_checkpoint",
+        "verl_prime_lora/checks/inputs/resume_checkpoint.py: check_resume_checkpoint",
         "shards are still named model_world_size_W_rank_R.pt and loaded only for this run's W",
     ),
 ]
@@ -399,13 +399,13 @@ def test_verl_agent_loops_return_one_output_per_session():
     from hydra.utils import get_class
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    from verl_prime_lora.checks.input_checks import _run_returns_list
+    from verl_prime_lora.checks.inputs.agent_loops import _run_returns_list
 
-    assert _agent_loop_registry, "veRL registers no agent loop any more: re-check input_checks.check_agent_loops"
+    assert _agent_loop_registry, "veRL registers no agent loop any more: re-check checks.inputs.agent_loops"
     for name, entry in _agent_loop_registry.items():
         assert not _run_returns_list(get_class(entry["_target_"])), (
             f"veRL's agent loop {name!r} now returns a list of outputs: the PRIME trainers refuse it only at step 1 "
-            "(trainer.refuse_multi_output_sessions); make input_checks.check_agent_loops refuse it before Ray"
+            "(trainer.refuse_multi_output_sessions); make checks.inputs.agent_loops refuse it before Ray"
         )
 
 

@@ -4,7 +4,7 @@ Per process, by call count: of the first `FIRST_STEP_ROLLOUTS` calls every other
 scored), alternately by raising (or, call `HANGING_CALL`, by never returning, as a grader stuck on a dead socket)
 and by returning a NaN score, and every call after them raises. So with one reward-loop worker a run's first step
 loses exactly half of its rollouts (one raised, one hung, two NaN) and the second step all of them; the driver's
-reward dry run (`input_checks`, its own process, call 0) is scored.
+reward dry run (`checks.inputs`, its own process, call 0) is scored.
 Scored rows get `acc` = 1 when the response holds a digit (varied labels for the PRM, as prime_label_reward.py).
 """
 

@@ -3,7 +3,7 @@
 A step's checkpoint is `<default_local_dir>/global_step_N/` (the PRM in `prm/` and the gate's state first, then
 veRL's actor, dataloader and TransferQueue state) and is published when veRL writes the step into
 `latest_checkpointed_iteration.txt`, last (atomically: `integration.patches`). So a crash mid-save leaves the tracker
-on the previous step, and `resume_mode=auto` resumes from there (`checks.input_checks.check_resume_checkpoint` also
+on the previous step, and `resume_mode=auto` resumes from there (`checks.inputs.resume_checkpoint` also
 steps past a torn tracker or an incomplete folder to the newest complete one).
 
 veRL's checkpoint managers, given `trainer.max_actor_ckpt_to_keep = K ≥ 2`, delete the oldest actor folders *before*

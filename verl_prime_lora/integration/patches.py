@@ -7,10 +7,10 @@ at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
    `verl/trainer/main_ppo.py` calls in the driver right before `run_ppo` starts Ray.
-   For a PRIME run the wrapper runs `input_checks.check_devices` first (a missing device is blamed as
+   For a PRIME run the wrapper runs `checks.inputs.check_devices` first (a missing device is blamed as
    such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
    `environment_checks.check_environment` (the packages the configured GPU path imports),
-   then `input_checks.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
+   then `checks.inputs.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
    the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
    key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
    that did not resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
@@ -81,7 +81,7 @@ def install_driver_validation(verl_config) -> None:
     def validate_config(config, *args, **kwargs):
         from verl_prime_lora.checks.config_checks import check_stray_recipe, validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
-        from verl_prime_lora.checks.input_checks import check_devices, check_files_and_code
+        from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
 
         check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
         if is_prime_run(config):

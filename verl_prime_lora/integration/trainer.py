@@ -612,7 +612,7 @@ def refuse_multi_output_sessions(keys, is_padding) -> None:
     (e.g. one per turn), which veRL's own GRPO scores by each session's final output and broadcasts
     (`compute_advantage_for_multi_trajectories`). PRIME's estimators and PRM would instead treat every
     output as a response of its own in the prompt's group, so such runs are refused, not mis-trained.
-    Loops annotated to return a list are refused before Ray (`input_checks.check_agent_loops`); this
+    Loops annotated to return a list are refused before Ray (`checks.inputs.agent_loops`); this
     catches the others at their first step.
     """
     for key, pad in zip(keys, is_padding, strict=True):

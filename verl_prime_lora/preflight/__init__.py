@@ -4,7 +4,7 @@ The config is composed exactly as `python -m verl.trainer.main_ppo` composes it 
 from veRL's config dir, the same overrides; `import verl` loads this plugin, which puts the `recipe` group
 on Hydra's search path) and checked as `main_ppo` checks it before Ray starts: this package's
 `config_checks.validate_prime_config`, veRL's own `verl.utils.config.validate_config` (unwrapped: no data
-file or reward dry run) and the layout part of `input_checks.check_devices`. Then, from the models'
+file or reward dry run) and the layout part of `checks.inputs.check_devices`. Then, from the models'
 `config.json` only (no weights, nothing downloaded), it estimates every GPU's memory and prints a table per
 GPU, a verdict and, when something does not fit, the knobs that make it fit. Exit code 0: every GPU fits;
 1: one does not; 2: a config error (the message names the key).

@@ -114,7 +114,7 @@ def check_config(cfg: Any) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
     from verl_prime_lora.checks.config_checks import validate_prime_config
-    from verl_prime_lora.checks.input_checks import check_devices
+    from verl_prime_lora.checks.inputs import check_devices
 
     check_devices(cfg)
     validate_prime_config(cfg, check_tokenizers=False)
