@@ -112,11 +112,9 @@ def poll_replay_buffer_often(replay_buffer) -> None:
     TransferQueue (`tq.kv_list()`) and, while the batch is incomplete, sleeps `self.poll_interval`:
     2.0 s by default, and `trainer_base._build_replay_buffer` never passes one, for
     the built-in buffer or a custom sampler. Training batches and validation passes therefore end on the next
-    multiple of 2 s after their rollouts finish: on the CPU demo `timing_s/gen` read 4.04-4.06 s and
-    `timing_s/testing` 6.33 or 8.40 s, nothing in between, for ~3.5 s of rollouts. A GPU step (minutes) loses
-    ~1 s to this, a CPU step (seconds) up to 2 s. 0.2 s keeps the wait short without re-listing TransferQueue
-    20 times a second on two cores (0.05 s measured no faster). Only the default changes: an explicit
-    `poll_interval` is kept.
+    multiple of 2 s after their rollouts finish, which a step of seconds feels and a GPU step of minutes does
+    not. 0.2 s keeps the wait short without re-listing TransferQueue many times a second on two cores (what it
+    bought: docs/cpu.md). Only the default changes: an explicit `poll_interval` is kept.
     """
     original = replay_buffer.ReplayBuffer.__init__
     if is_patched(original):

@@ -38,7 +38,7 @@ ESTIMATORS: dict[str, list[str]] = {
 # trained on, and veRL's replay buffer generates replacements), then the CPU preset, which must come last.
 # With the filter every trained group holds a right and a wrong answer: the PRM learns from a contrast within
 # each prompt, and its pairwise accuracy counts every group (a group with one label only counts ½ in
-# `prm/dpo_acc`). Its steps take 1.6-2x as long: vLLM generates replacements while few prompts are in the band.
+# `prm/dpo_acc`). Its steps take longer: vLLM generates replacements while few prompts are in the band.
 DEMO_RECIPES = ("prime_lora_colocated", "prompt_filter", "cpu")
 # Placements of the learning setting: the `+recipe=[...]` list and what the placement needs besides.
 # `split` is the seed's own recipe (`prime_lora`: veRL's separate_async trainer, vLLM on a GPU of its own,

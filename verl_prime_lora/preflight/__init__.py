@@ -32,10 +32,8 @@ Modules (the estimator is pure functions on bytes; each module's docstring state
 * `knobs`: config changes that make it fit, alone or greedily combined.
 * `cli` (and `__main__`): the command line.
 
-These are planning numbers (a fit with under 5 % free is reported as tight). On an H200 with the seed's shapes
-(`benchmarks/gpu_memory_check.py`, `benchmarks/results/gpu_memory_check.md`) the resident states came out at
-1.00–1.01 × the estimate, each worker's allocated peak at 0.87–0.92 × (the phases are overestimated by ~20 %),
-and the allocator's cache of a worker that keeps it sets `ALLOCATOR_CACHE_FACTOR`.
+These are planning numbers (a fit with under 5 % free is reported as tight). How close they came on an H200 with
+the seed's shapes: `benchmarks/results/gpu_memory_check.md` (`benchmarks/gpu_memory_check.py`).
 """
 
 from verl_prime_lora.preflight.cli import main

@@ -230,26 +230,19 @@ def _actor_spec(r: _Reading, standalone: bool, notes: list[str]) -> EngineSpec:
         "the actor's log-probs",
     )
     backend, bucket = _sync_buffers(cfg)
-    return EngineSpec(
+    return _trained_model_spec(
+        r,
+        "actor_rollout_ref.model",
+        a_eng,
         name=f"actor (LoRA r={lora_rank})" if actor_lora else "actor (full)",
         trainable=True,
-        param_bytes=r.param_bytes(a_eng),
-        compute_bytes=r.compute_bytes(a_eng),
-        shards=r.shards(a_eng),
         lora_rank=lora_rank if actor_lora else 0,
-        targets=lora_targets(select(cfg, "actor_rollout_ref.model.target_modules", "all-linear")),
-        lora_dropout=float(select(cfg, "actor_rollout_ref.model.lora.dropout", 0.0) or 0.0),
-        param_offload=r.flag(f"{a_eng}.param_offload", False),
-        optimizer_offload=r.flag(f"{a_eng}.optimizer_offload", False),
-        reshard_after_forward=r.flag(f"{a_eng}.reshard_after_forward", True),
-        checkpointing=r.flag("actor_rollout_ref.model.enable_gradient_checkpointing", True),
-        train_tokens=math.ceil(a_train / r.sp(a_eng)),
-        infer_tokens=math.ceil(a_infer / r.sp(a_eng)),
+        train_tokens=a_train,
+        infer_tokens=a_infer,
         train_temperature_copy=r.temperature != 1.0,
         infer_temperature_copy=r.temperature != 1.0,
         sync_buffer_bytes=(2 if backend == "nccl" else 1) * bucket,
         sync_buffers_resident=backend == "nccl",
-        fused_logits=r.flag("actor_rollout_ref.model.use_fused_kernels", False),
         empties_cache_before_rollout=not standalone,
     )
 
@@ -297,22 +290,39 @@ def _prm_spec(r: _Reading) -> EngineSpec:
     else:
         p_train = prm.micro_batch_size_per_gpu * r.seq
         p_infer = prm.infer_micro_batch_size_per_gpu * r.seq
-    return EngineSpec(
+    return _trained_model_spec(
+        r,
+        "prime.prm.model",
+        p_eng,
         name=f"PRM (LoRA r={p_rank})" if p_lora else "PRM (full)",
         trainable=prm.update != "none",
-        param_bytes=r.param_bytes(p_eng),
-        compute_bytes=r.compute_bytes(p_eng),
-        shards=r.shards(p_eng),
         lora_rank=p_rank if p_lora else 0,
-        targets=lora_targets(select(cfg, "prime.prm.model.target_modules", "all-linear")),
-        lora_dropout=float(select(cfg, "prime.prm.model.lora.dropout", 0.0) or 0.0),
-        param_offload=r.flag(f"{p_eng}.param_offload", False),
-        optimizer_offload=r.flag(f"{p_eng}.optimizer_offload", False),
-        reshard_after_forward=r.flag(f"{p_eng}.reshard_after_forward", True),
-        checkpointing=r.flag("prime.prm.model.enable_gradient_checkpointing", True),
-        train_tokens=math.ceil(p_train / r.sp(p_eng)) if prm.update != "none" else 0,
-        infer_tokens=math.ceil(p_infer / r.sp(p_eng)),
-        fused_logits=r.flag("prime.prm.model.use_fused_kernels", False),
+        train_tokens=p_train if prm.update != "none" else 0,
+        infer_tokens=p_infer,
+    )
+
+
+def _trained_model_spec(
+    r: _Reading, model_key: str, engine_key: str, *, train_tokens: int, infer_tokens: int, **own: object
+) -> EngineSpec:
+    """The engine of a model that trains (the actor, the PRM): what both read alike from their `model_key`
+    (`….model`) and `engine_key` sections (precision, shards, LoRA targets and dropout, offload, resharding,
+    gradient checkpointing, fused logits; tokens per micro-batch ÷ Ulysses SP), and `own`, the rest."""
+    cfg = r.cfg
+    return EngineSpec(
+        param_bytes=r.param_bytes(engine_key),
+        compute_bytes=r.compute_bytes(engine_key),
+        shards=r.shards(engine_key),
+        targets=lora_targets(select(cfg, f"{model_key}.target_modules", "all-linear")),
+        lora_dropout=float(select(cfg, f"{model_key}.lora.dropout", 0.0) or 0.0),
+        param_offload=r.flag(f"{engine_key}.param_offload", False),
+        optimizer_offload=r.flag(f"{engine_key}.optimizer_offload", False),
+        reshard_after_forward=r.flag(f"{engine_key}.reshard_after_forward", True),
+        checkpointing=r.flag(f"{model_key}.enable_gradient_checkpointing", True),
+        train_tokens=math.ceil(train_tokens / r.sp(engine_key)),
+        infer_tokens=math.ceil(infer_tokens / r.sp(engine_key)),
+        fused_logits=r.flag(f"{model_key}.use_fused_kernels", False),
+        **own,
     )
 
 
