@@ -211,9 +211,9 @@ class ProcessRewardsFn(_Section):
 
     For studies of credit (an oracle that knows the wrong step, a shuffled control, an explicit PRM): the
     PRM still trains and is measured as usual (`prm/*`), and the estimator gets the function's rewards in place
-    of r = β·(log π_φ − log π_ref)·m. The trainer calls it once a step with the keywords `process_rewards` and
-    `response_mask` (the PRM's rewards and the mask, (B, T); a copy: the function may change it), `responses`
-    (the response token ids, (B, T)), `reward_infos` (each row's `reward_extra_info` dict) and `tokenizer` (the
+    of r = β·(log π_φ − log π_ref)·m. The trainer calls it once a step with the keywords `process_rewards` (the
+    PRM's rewards, (B, T), a copy the function may change), `response_mask` ((B, T), read only), `responses` (the
+    response token ids, (B, T)), `reward_infos` (each row's `reward_extra_info` dict) and `tokenizer` (the
     actor's); it returns rewards (B, T), finite on response tokens. The process gate still reads the PRM's
     pairwise accuracy: set `algorithm.prime.process_gate=null` for the function's rewards at full weight.
 
