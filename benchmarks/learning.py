@@ -7,8 +7,9 @@ estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimat
 
 * `grpo`              veRL's sync trainer, no PRM (the baseline);
 * `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default), with
-                      the recipe's process gate (`algorithm.prime.process_gate: 0.75`);
-* `prime_grpo_ungated` the same with `process_gate=null`: the process term always counts fully;
+                      the recipe's process gate (`algorithm.prime.process_gate: null`: none);
+* `prime_grpo_gated`  the same gated (`process_gate=0.75`): the process term waits for a PRM that ranks;
+* `prime_grpo_ungated` the same with `process_gate=null` whatever the recipe says;
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);
 * `prime_rloo`        PRIME as in the paper (RLOO);
 * `oracle`            known credit instead of the PRM's: −1 on the first wrong step's tokens (`credit_controls`);

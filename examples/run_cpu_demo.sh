@@ -7,7 +7,7 @@
 #
 #   examples/run_cpu_demo.sh [OUT_DIR] [extra Hydra overrides...]
 #
-# Env: PYTHON (default python), STEPS (default 15), ESTIMATOR (default prime_grpo; grpo, prime_grpo_ungated,
+# Env: PYTHON (default python), STEPS (default 15), ESTIMATOR (default prime_grpo; grpo, prime_grpo_gated,
 # prime_grpo_token, prime_rloo), TIMEOUT_S (default 1200).
 set -euo pipefail
 

@@ -280,7 +280,7 @@ class AdvantageConfig(_Section):
         process_std_threshold: `prime_grpo`: no process term in groups whose std is below this; >= 0
             (the seed: 1e-2).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
-            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper).
+            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card).
         whiten_advantages: masked whitening of the final advantage over the batch (as PRIME's code).
         epsilon: the std epsilon (as veRL's grpo); >= 0.
     """
@@ -291,7 +291,7 @@ class AdvantageConfig(_Section):
     process_coef: float = 1.0
     process_norm: str = "sequence"
     process_std_threshold: float = 0.01
-    process_gate: Optional[float] = 0.75
+    process_gate: Optional[float] = None
     whiten_advantages: bool = False
     epsilon: float = 1e-6
 

@@ -8,8 +8,10 @@ file only. The demo (`python -m verl_prime_lora.demo`, run as written by `tests/
 `benchmarks/learning.py` both run through `run_learning`.
 
 Estimators compared (`ESTIMATORS`): `grpo` (veRL's sync trainer, no PRM), `prime_grpo` (length-free
-process advantage, gated by the PRM's held-out pairwise accuracy as the recipe sets it), `prime_grpo_ungated`
-(the same without the gate), `prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's).
+process advantage, with the recipe's process gate: none), `prime_grpo_gated` (the same, gated by the PRM's
+held-out pairwise accuracy, full at 0.75), `prime_grpo_ungated` (the gate off whatever the recipe says),
+`prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's). Runs recorded under `prime_grpo`,
+`prime_grpo_token` and `prime_rloo` before the recipe dropped the gate had it at 0.75 (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from verl_prime_lora.cpu.launch import run_main_ppo
 ESTIMATORS: dict[str, list[str]] = {
     "grpo": ["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=sync"],
     "prime_grpo": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_norm=sequence"],
+    "prime_grpo_gated": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_gate=0.75"],
     "prime_grpo_ungated": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_gate=null"],
     "prime_grpo_token": ["algorithm.adv_estimator=prime_grpo", "algorithm.prime.process_norm=token"],
     "prime_rloo": ["algorithm.adv_estimator=prime_rloo"],
