@@ -906,6 +906,14 @@ def test_a_process_rewards_fn_that_returns_the_wrong_thing_stops_the_step(result
     assert str(err.value).startswith("prime.process_rewards_fn")
 
 
+def test_what_a_process_rewards_fn_puts_on_padding_never_reaches_the_advantage():
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    trainer = _trainer_with_process_rewards_fn(lambda **kwargs: torch.tensor([[1.0, 2.0, math.nan]]))
+    data = DataProto.from_dict({"responses": torch.zeros(1, 3, dtype=torch.long)})
+    replaced = trainer._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}]), torch.zeros(1, 3), mask)
+    assert torch.equal(replaced, torch.tensor([[1.0, 2.0, 0.0]]))
+
+
 def test_the_process_rewards_fn_is_loaded_before_ray(tmp_path):
     source = tmp_path / "credit.py"
     source.write_text("def zero(process_rewards, **kwargs):\n    return process_rewards * 0\n")

@@ -541,9 +541,9 @@ class PrimeTrainerMixin:
                 f"{key}: {self.prime.process_rewards_fn.name} returned {got}; expected a tensor of shape "
                 f"{tuple(process_rewards.shape)} (one reward per response token)."
             )
-        replaced = replaced.to(process_rewards.dtype).mul(mask)
         check_finite(key, "replaced token process rewards", replaced, mask, self.global_steps, "Fix the function.")
-        return replaced
+        # padding is set, not multiplied, to 0: a NaN there would reach the response's suffix sums
+        return torch.where(mask > 0, replaced.to(process_rewards.dtype), 0.0)
 
     def _advantage_step(self, batch, data: DataProto, step: StepRows, process_rewards: torch.Tensor, metrics: dict):
         """veRL's own pre-processing (trainer_base.py: KL in reward, rollout correction), the process
