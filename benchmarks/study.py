@@ -6,7 +6,11 @@ order and the endpoint:
     {"task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"]},
      "endpoint_steps": [4, 6, 8],          # the endpoint: mean greedy validation accuracy over these evaluations
      "primary": ["prime_grpo_ungated", "grpo"],   # the one test: first arm minus second
+     "secondary": [["prime_grpo_ungated", "prime_grpo_shuffled"]],   # optional: further pairs, reported as such
      "runs": [{"arm": "grpo", "seed": 3}, {"arm": "prime_grpo_ungated", "seed": 3}, ...]}
+
+A run entry with `"from": "<path relative to the plan>"` is an earlier study's run reused as it is (named in the
+pre-registration); `run` never starts it and `analyse` reads it from there.
 
     python benchmarks/study.py run PLAN [--work DIR]     # every run not yet in the results, in the plan's order
     python benchmarks/study.py analyse PLAN              # once every run is in: the test, written and printed
@@ -34,8 +38,20 @@ from verl_prime_lora.demo import chain_task
 from verl_prime_lora.demo.learning_run import run_learning
 
 
-def run_file(plan_path: Path, arm: str, seed: int) -> Path:
-    return plan_path.parent / "runs" / f"{arm}_seed{seed}.json"
+def run_file(plan_path: Path, entry: dict) -> Path:
+    """Where the result of the plan's run `entry` is (or goes)."""
+    if "from" in entry:
+        return plan_path.parent / entry["from"]
+    return plan_path.parent / "runs" / f"{entry['arm']}_seed{int(entry['seed'])}.json"
+
+
+def compare(by_arm: dict[str, dict[int, float]], first: str, second: str) -> dict:
+    a, b = list(by_arm[first].values()), list(by_arm[second].values())
+    return {
+        "difference": f"{first} - {second}",
+        "welch_ci95": welch_ci95(a, b),
+        "permutation_p": permutation_p(a, b),
+    }
 
 
 def run_all(plan_path: Path, work: Path) -> int:
@@ -44,8 +60,8 @@ def run_all(plan_path: Path, work: Path) -> int:
     assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
     for index, entry in enumerate(plan["runs"]):
         arm, seed = entry["arm"], int(entry["seed"])
-        path = run_file(plan_path, arm, seed)
-        if path.exists():
+        path = run_file(plan_path, entry)
+        if path.exists() or "from" in entry:
             continue
         print(f"== run {index + 1}/{len(plan['runs'])}: {arm}, seed {seed}", flush=True)
         run = run_learning(
@@ -82,32 +98,28 @@ def endpoint(record: dict, steps: list[int]) -> float | None:
 
 def analyse(plan_path: Path) -> dict:
     plan = json.loads(plan_path.read_text())
-    missing = [e for e in plan["runs"] if not run_file(plan_path, e["arm"], int(e["seed"])).exists()]
+    missing = [e for e in plan["runs"] if not run_file(plan_path, e).exists()]
     if missing:
         raise SystemExit(f"{len(missing)} planned runs have no result yet (first: {missing[0]}); run them first.")
     steps = [int(step) for step in plan["endpoint_steps"]]
     by_arm: dict[str, dict[int, float]] = {}
     failed = []
     for entry in plan["runs"]:
-        record = json.loads(run_file(plan_path, entry["arm"], int(entry["seed"])).read_text())
+        record = json.loads(run_file(plan_path, entry).read_text())
         value = endpoint(record, steps)
         if value is None:
             failed.append({"arm": entry["arm"], "seed": entry["seed"], "returncode": record["returncode"]})
         else:
             by_arm.setdefault(entry["arm"], {})[int(entry["seed"])] = value
     arms = {arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v} for arm, v in by_arm.items()}
-    first, second = plan["primary"]
-    a, b = list(by_arm[first].values()), list(by_arm[second].values())
     result = {
         "endpoint": f"mean greedy validation accuracy at steps {steps}",
         "arms": arms,
         "failed_runs": failed,
-        "primary": {
-            "difference": f"{first} - {second}",
-            "welch_ci95": welch_ci95(a, b),
-            "permutation_p": permutation_p(a, b),
-        },
+        "primary": compare(by_arm, *plan["primary"]),
     }
+    if plan.get("secondary"):
+        result["secondary"] = [compare(by_arm, *pair) for pair in plan["secondary"]]
     (plan_path.parent / "analysis.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -126,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     for arm, stats in result["arms"].items():
         mean, low, high = stats["mean_ci95"]
         print(f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds")
-    primary = result["primary"]
-    diff, low, high = primary["welch_ci95"]
-    print(f"{primary['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), p = {primary['permutation_p']:.3f}")
+    for label, pair in [("primary", result["primary"])] + [("secondary", p) for p in result.get("secondary", [])]:
+        diff, low, high = pair["welch_ci95"]
+        print(
+            f"{label} {pair['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), "
+            f"p = {pair['permutation_p']:.3f}"
+        )
     if result["failed_runs"]:
         print(f"failed runs, kept out: {result['failed_runs']}")
     return 0

@@ -60,12 +60,13 @@ def plan_path(tmp_path):
 
 
 def test_runs_follow_the_plans_order_and_are_not_run_twice(plan_path, calls, tmp_path):
-    study.run_file(plan_path, "grpo", 2).parent.mkdir()
-    study.run_file(plan_path, "grpo", 2).write_text(json.dumps({"already": "done"}))
+    done = study.run_file(plan_path, {"arm": "grpo", "seed": 2})
+    done.parent.mkdir()
+    done.write_text(json.dumps({"already": "done"}))
     assert study.run_all(plan_path, tmp_path / "work") == 0
     expected = [(e["arm"], e["seed"]) for e in PLAN["runs"] if (e["arm"], e["seed"]) != ("grpo", 2)]
     assert calls == expected
-    record = json.loads(study.run_file(plan_path, "prime_grpo_ungated", 3).read_text())
+    record = json.loads(study.run_file(plan_path, {"arm": "prime_grpo_ungated", "seed": 3}).read_text())
     assert record["order"] == 5 and record["val_accuracy"]["8"] == pytest.approx(0.583)
 
 
@@ -88,3 +89,32 @@ def test_the_analysis_tests_the_primary_pair_on_the_endpoint(plan_path, calls, t
     assert json.loads((plan_path.parent / "analysis.json").read_text())["primary"]["difference"] == (
         "prime_grpo_ungated - grpo"
     )
+
+
+def test_a_reused_run_is_read_from_its_study_and_never_started(plan_path, calls, tmp_path):
+    """A plan may reuse an earlier study's runs (`from`), and test further pairs (`secondary`)."""
+    earlier = plan_path.parent.parent / "earlier" / "runs"
+    earlier.mkdir(parents=True)
+    plan = json.loads(plan_path.read_text())
+    reused = [e for e in plan["runs"] if e["arm"] == "prime_grpo_ungated"]
+    for entry in reused:
+        record = {"returncode": 0, "val_accuracy": {str(s): 0.7 for s in (4, 6, 8)}}
+        (earlier / f"seed{entry['seed']}.json").write_text(json.dumps(record))
+        entry["from"] = f"../earlier/runs/seed{entry['seed']}.json"
+    plan["runs"] += [{"arm": "prime_grpo_shuffled", "seed": seed} for seed in (1, 2)]
+    plan["secondary"] = [["prime_grpo_shuffled", "grpo"]]
+    plan_path.write_text(json.dumps(plan))
+    study.run_all(plan_path, tmp_path / "work")
+    assert [call for call in calls if call[0] == "prime_grpo_ungated"] == []
+    assert ("prime_grpo_shuffled", 2) in calls
+    result = study.analyse(plan_path)
+    assert result["arms"]["prime_grpo_ungated"]["by_seed"] == pytest.approx({1: 0.7, 2: 0.7, 3: 0.7})
+    shuffled = [0.5 + 0.06 + 0.001 * seed for seed in (1, 2)]
+    grpo = [0.4 + 0.06 + 0.001 * seed for seed in (1, 2)]
+    assert result["secondary"] == [
+        {
+            "difference": "prime_grpo_shuffled - grpo",
+            "welch_ci95": pytest.approx(evidence.welch_ci95(shuffled, grpo)),
+            "permutation_p": pytest.approx(evidence.permutation_p(shuffled, grpo)),
+        }
+    ]
