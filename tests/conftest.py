@@ -1,24 +1,53 @@
 """Fixtures shared by the unit and the end-to-end tests."""
 
 import contextlib
+import hashlib
 import io
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 from verl_prime_lora.demo import chain_task
+from verl_prime_lora.tools import tiny
+
+
+def _published_warm_start(config) -> Path:
+    """Where a test session leaves its warm-start build for the next one (`make test`: the unit tier builds, the
+    e2e tier reuses), in pytest's cache folder; keyed by the builder's source, so a changed builder is rebuilt."""
+    source = b"".join(Path(module.__file__).read_bytes() for module in (chain_task, tiny))
+    return Path(config.cache.mkdir("warm_assets")) / hashlib.sha256(source).hexdigest()[:16]
 
 
 @pytest.fixture(scope="session")
-def warm_assets(tmp_path_factory) -> dict:
-    """The main job's warm start and RL data, built once per test session with the demo's arguments (seed 0,
-    the defaults): `chain_task.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the
-    build printed). tests/test_chain_task.py checks the build; tests/e2e/test_demo.py hands a copy to the
-    demo script, which finds it complete and reuses it (about a minute of SFT saved)."""
+def warm_assets(request, tmp_path_factory) -> dict:
+    """The main job's warm start and RL data, built in this session with the demo's arguments (seed 0, the
+    defaults): `chain_task.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the build
+    printed). tests/test_chain_task.py checks the build. The build is then published for later sessions
+    (`published_warm_assets`)."""
     out = tmp_path_factory.mktemp("warm") / "assets"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         result = chain_task.write_warm_assets(out, seed=0)
+    published = _published_warm_start(request.config)
+    if not published.exists():
+        staging = published.with_name(f"{published.name}.{os.getpid()}")
+        shutil.copytree(out, staging)
+        try:
+            os.replace(staging, published)
+        except OSError:  # another session published the same build first
+            shutil.rmtree(staging, ignore_errors=True)
     return {**result, "out": out, "printed": printed.getvalue()}
+
+
+@pytest.fixture(scope="session")
+def published_warm_assets(request) -> Path:
+    """A folder holding the demo's warm start: the one an earlier session built from the same builder source,
+    else this session's own build (`warm_assets`). tests/e2e/test_demo.py hands a copy to the demo script, which
+    finds it complete and reuses it (about a minute of SFT saved)."""
+    published = _published_warm_start(request.config)
+    return published if published.is_dir() else request.getfixturevalue("warm_assets")["out"]
 
 
 @pytest.fixture(autouse=True)

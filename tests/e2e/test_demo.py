@@ -51,9 +51,9 @@ PRM_SERIES = ("prm/ce_loss", "prm/classification_acc", "prm/dpo_acc", "prm/updat
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, warm_assets):
+def demo(tmp_path_factory, published_warm_assets):
     out = tmp_path_factory.mktemp("demo")
-    shutil.copytree(warm_assets["out"], out / "assets")  # the script's own build, made once (conftest.warm_assets)
+    shutil.copytree(published_warm_assets, out / "assets")  # the script's own build, made once (conftest)
     env = {
         **os.environ,
         "PYTHON": sys.executable,
