@@ -17,9 +17,12 @@ torch or Ray.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from omegaconf import OmegaConf, open_dict
 
 from verl_prime_lora.config.prime import PrimeConfigError, config_value
 
@@ -38,6 +41,11 @@ def node() -> Any:
 
 def _join(root: str, name: str) -> str:
     return f"{root}.{name}" if root and name else root or name
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ def _convert(hint: Any, value: Any, full_key: str) -> Any:
 
 def read_section(cls: type, section_node: Any, root: str = "") -> Any:
     """The section `cls` read from `section_node` (DictConfig, dict, dataclass or None), whose key is `root`."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values = {}
     for item in dataclasses.fields(cls):
         if item.name == "root":
@@ -82,7 +90,7 @@ def key_of(where: Any, path: str) -> str:
     *inner, name = path.split(".")
     if hasattr(cls, "KEY"):
         for part in inner:
-            cls = typing.get_type_hints(cls)[part]
+            cls = _hints(cls)[part]
         if name not in {item.name for item in dataclasses.fields(cls)}:
             raise KeyError(f"{cls.__name__} has no field {name!r}")
         return f"{cls.KEY}.{name}"
@@ -90,14 +98,12 @@ def key_of(where: Any, path: str) -> str:
     for part in path.split("."):
         item = next(item for item in dataclasses.fields(cls) if item.name == part)
         full = _join(full, item.metadata[_KEY])
-        cls = typing.get_type_hints(cls)[part]
+        cls = _hints(cls)[part]
     return full
 
 
 def write(section: Any, name: str, value: Any) -> None:
     """Set the key of field `name` in the section's node (a DictConfig) to `value`, for veRL to read."""
-    from omegaconf import OmegaConf, open_dict
-
     item = next(item for item in dataclasses.fields(section) if item.name == name)
     with open_dict(section.node):
         OmegaConf.update(section.node, item.metadata[_KEY], value, merge=False)

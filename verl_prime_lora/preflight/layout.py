@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_prime_lora.checks.config_checks import PRECISION_NAMES
-from verl_prime_lora.config import prime_config
+from verl_prime_lora.config import RunConfig, prime_config
 from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig
 from verl_prime_lora.config.run import (
     REF_FROZEN,
@@ -100,10 +100,11 @@ def compose_config(overrides: list[str]) -> Any:
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
-def check_config(cfg: Any) -> VerlView:
+def check_config(cfg: Any) -> RunConfig | None:
     """What main_ppo checks before Ray starts, minus the files, in its order: the layout vs
     `ray_kwargs.ray_init.num_gpus`, PRIME's config checks, and veRL's `validate_config` (the original, not the
-    plugin's wrapper, which also reads data files and dry-runs the reward). Returns the config's view."""
+    plugin's wrapper, which also reads data files and dry-runs the reward). Returns the `RunConfig` PRIME's checks
+    built (None for a run that is not PRIME's)."""
     import verl.utils.config as verl_config
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
 
@@ -112,12 +113,12 @@ def check_config(cfg: Any) -> VerlView:
 
     view = verl_view(cfg)
     check_devices(view)
-    validate_prime_config(cfg, check_tokenizers=False, view=view)
+    run = validate_prime_config(cfg, check_tokenizers=False, view=view)
     validate = getattr(verl_config.validate_config, "__wrapped__", verl_config.validate_config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Disabled critic as algorithm.adv_estimator != gae"
         validate(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    return view
+    return run
 
 
 # veRL's messages for keys it has no default for (the recipes set them; an override may unset them), and what to set
@@ -383,14 +384,14 @@ def _placement_problems(layout: Layout) -> list[str]:
     return problems
 
 
-def layout_from_config(cfg: Any, view: VerlView | None = None) -> Layout:
-    """Reads the composed config (`view`: its view, when read already) into a `Layout` (no weights, only the
-    models' config.json): the actor, veRL's reference (a KL term with a full-parameter actor), the PRM and its
+def layout_from_config(cfg: Any, run: RunConfig | None = None) -> Layout:
+    """Reads the composed config (`run`: its `RunConfig`, when built already) into a `Layout` (no weights, only
+    the models' config.json): the actor, veRL's reference (a KL term with a full-parameter actor), the PRM and its
     frozen copy where `config.run.reference_source` picks one, the rollout, the pools, and what veRL or vLLM would
     refuse."""
     from verl.trainer.ppo.utils import need_reference_policy
 
-    view = verl_view(cfg) if view is None else view
+    view = verl_view(cfg) if run is None else run.verl
     _check_strategies(view)
     nodes, per_node = view.trainer.nnodes, view.trainer.n_gpus_per_node
     seq = view.data.max_prompt_length + view.data.max_response_length
@@ -404,7 +405,7 @@ def layout_from_config(cfg: Any, view: VerlView | None = None) -> Layout:
     use_ref = bool(need_reference_policy(cfg))
     if use_ref and not actor_uses_lora(view):  # a LoRA actor's reference is its adapter off: no copy
         workers.append((actor_shape, _reference_spec(r)))
-    prm = _typed_prm(view)
+    prm = _typed_prm(view) if run is None else run.prime.prm
     prm_reference = reference_source(view, prm, use_ref)
     if is_prime_trainer(view):  # veRL's own trainers (a GRPO baseline on the recipe's layout) build no PRM
         prm_spec = _prm_spec(r, prm)
