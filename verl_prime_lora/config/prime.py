@@ -6,14 +6,14 @@ the advantage estimators all read these objects instead of the raw config.
 
 * `PrimeConfig` — `prime`: `max_failed_rollout_ratio` and `prm` (`PrmConfig`, the implicit PRM's
   knobs). `prime.prm.{model,engine,optim,checkpoint}` are veRL's own schemas (the recipe composes them
-  from veRL's `hf_model`, `fsdp` engine and `fsdp` optimizer groups): they stay in the config, and
-  `prm_worker.build_prm_worker_config` types them with veRL's dataclasses.
+  from veRL's `hf_model`, `fsdp` engine and `fsdp` optimizer groups): the view reads them (`verl_view.PrmView`),
+  and `prm_worker.build_prm_worker_config` types them with veRL's dataclasses.
 * `AdvantageConfig` — `algorithm.prime`: the estimators' knobs (`core_algos`). veRL's V1 trainer
   hands the estimators `config.algorithm` as a DictConfig, so `algorithm.prime` reaches them as is;
   given veRL's `AlgoConfig` (which has no `prime` field) they get the defaults.
 
 The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them). `config.prime_config`
-builds `PrimeConfig` from a composed config (`config.run_config` once per process, for the whole run).
+builds `PrimeConfig` from a composed config's view (`config.run_config`: once per process, for the whole run).
 
 The sections follow veRL's `BaseConfig` pattern (verl/base_config.py): dataclasses whose fields hold
 the defaults, read-only once built, converted from the OmegaConf node the way veRL's
