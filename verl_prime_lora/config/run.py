@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 
-from verl_prime_lora.config.prime import PrmConfig
-from verl_prime_lora.config.verl_view import ModelView, VerlView, write
+from verl_prime_lora.config.prime import PrimeConfig, PrmConfig
+from verl_prime_lora.config.verl_view import ModelView, VerlView, key_of, write
 
 # trainer.v1.trainer_mode names registered by verl_prime_lora.integration.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.algo.core_algos).
 PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
+MAX_RATIO_KEY = key_of(PrimeConfig, "max_failed_rollout_ratio")
+REWARD_FN_KEY = key_of(VerlView, "reward.custom_fn_path")
 # The temperature of every log-prob the PRM and its reference score (the PRM's training temperature).
 PRM_TEMPERATURE = 1.0
 

@@ -53,14 +53,12 @@ from typing import Any
 
 from verl_prime_lora.config import prime_config
 from verl_prime_lora.config.prime import PrimeConfig
-from verl_prime_lora.config.run import is_prime_trainer
+from verl_prime_lora.config.run import MAX_RATIO_KEY, REWARD_FN_KEY, is_prime_trainer
 from verl_prime_lora.config.verl_view import VerlView, key_of
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem
 
 TIMEOUT_KEY = key_of(PrimeConfig, "reward_timeout_s")
-MAX_RATIO_KEY = key_of(PrimeConfig, "max_failed_rollout_ratio")
-REWARD_FN_KEY = key_of(VerlView, "reward.custom_fn_path")
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ from typing import Any
 from verl_prime_lora.checks.inputs.data_files import rule_reward
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.config import RunConfig
-from verl_prime_lora.config.prime import PrimeConfig
-from verl_prime_lora.config.run import is_prime_trainer, reward_function_name
+from verl_prime_lora.config.run import MAX_RATIO_KEY, is_prime_trainer, reward_function_name
 from verl_prime_lora.config.verl_view import VerlView, key_of
 from verl_prime_lora.rewards.reward_values import label_quantity, value_problem
 
@@ -108,6 +107,5 @@ def dry_run_reward(run: RunConfig, entry_key: str, path: Path, row: dict) -> Non
             fail(
                 fn_key,
                 f"the reward function {name} returned a {problem} on {where}: the run would count every such "
-                f"row as failed (reward 0, no PRM label; {key_of(PrimeConfig, 'max_failed_rollout_ratio')}). "
-                "Return a finite number.",
+                f"row as failed (reward 0, no PRM label; {MAX_RATIO_KEY}). Return a finite number.",
             )
