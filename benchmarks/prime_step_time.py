@@ -130,22 +130,23 @@ def pass_counts(overrides: list[str]) -> dict:
     """The PRM passes per step of the PRIME run's config, today and at the minimum (trainer.prm_passes)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
-    from verl_prime_lora.algo.prime_config import prime_config
-    from verl_prime_lora.algo.run_config import reference_source
     from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows
+    from verl_prime_lora.config import run_config
+    from verl_prime_lora.config.run import reference_source
     from verl_prime_lora.integration.prm_worker import model_dropout, update_forward_is_pre_update
     from verl_prime_lora.integration.trainer import prm_passes
     from verl_prime_lora.preflight.layout import compose_config
 
     config = compose_config(overrides)
-    prm = prime_config(config).prm
-    reference = reference_source(config, use_reference_policy=need_reference_policy(config))
+    run = run_config(config)
+    view, prm = run.verl, run.prime.prm
+    reference = reference_source(view, prm, use_reference_policy=need_reference_policy(config))
     from_update = update_forward_is_pre_update(
         prm,
-        model_dropout(config.prime.prm.model),
-        step_batch_rows(config)[0],
-        int(config.actor_rollout_ref.rollout.n),
-        compute_precision(config, "prime.prm.engine") == "fp32",
+        model_dropout(view.prm.model),
+        step_batch_rows(view)[0],
+        view.rollout.n,
+        compute_precision(view.prm.engine) == "fp32",
     )
     today, minimum = prm_passes(prm.update, reference, prm.epochs, from_update)
     return {

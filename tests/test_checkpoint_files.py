@@ -11,6 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import verl_prime_lora.integration.patches  # noqa: F401 - installs the tracker patch under test
+from verl_prime_lora.config import run_config
+from verl_prime_lora.config.verl_view import verl_view
 from verl_prime_lora.integration import checkpoint_files as cf
 from verl_prime_lora.integration.trainer import PrimeTrainerMixin
 
@@ -77,12 +79,14 @@ def test_a_folder_newer_than_the_published_step_is_never_removed(tmp_path):
 
 
 def test_veRLs_managers_remove_nothing_during_the_save():
-    trainer = OmegaConf.create({"max_actor_ckpt_to_keep": 3, "remove_previous_ckpt_in_save": False})
-    assert cf.checkpoints_to_keep(trainer) == 3
-    with cf.saving_without_removal(trainer):
+    config = OmegaConf.create({"trainer": {"max_actor_ckpt_to_keep": 3, "remove_previous_ckpt_in_save": False}})
+    trainer = config.trainer
+    assert cf.checkpoints_to_keep(verl_view(config).trainer) == 3
+    with cf.saving_without_removal(verl_view(config).trainer):
         assert (trainer.max_actor_ckpt_to_keep, trainer.remove_previous_ckpt_in_save) == (None, False)
     assert trainer.max_actor_ckpt_to_keep == 3
-    assert cf.checkpoints_to_keep(OmegaConf.create({"remove_previous_ckpt_in_save": True})) == 1
+    removing = OmegaConf.create({"trainer": {"remove_previous_ckpt_in_save": True}})
+    assert cf.checkpoints_to_keep(verl_view(removing).trainer) == 1
 
 
 class VerlSave:
@@ -104,6 +108,7 @@ class FakeSave(PrimeTrainerMixin, VerlSave):
                 "actor_rollout_ref": {"actor": {"checkpoint": {}}},
             }
         )
+        self.run = run_config(self.config)
         self.global_steps, self.prm_pairwise_ema, self.fail = step, 0.5, fail
         self.watchdog = SimpleNamespace(enter=lambda *args: None)
         self.prm = SimpleNamespace(save=self._save_prm)

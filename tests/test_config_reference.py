@@ -1,5 +1,5 @@
 """The configuration reference (`verl_prime_lora.tools.config_reference`): docs/configuration.md's copy is the table the
-typed dataclasses of `verl_prime_lora.algo.prime_config` generate, and every dataclass field has its docstring
+typed dataclasses of `verl_prime_lora.config.prime` generate, and every dataclass field has its docstring
 entry (the table's "meaning")."""
 
 import dataclasses
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_prime_lora.algo.prime_config import (
+from verl_prime_lora.config.prime import (
     PRM_VERL_SECTIONS,
     AdvantageConfig,
     PrimeConfig,
@@ -39,7 +39,7 @@ def test_the_configuration_doc_holds_the_generated_table():
     block = between_markers(REFERENCE.read_text(encoding="utf-8"))
     assert block is not None, f"docs/configuration.md lacks the {START_MARKER} ... {END_MARKER} block"
     assert block == render(), (
-        "docs/configuration.md's configuration reference and the dataclasses of verl_prime_lora/algo/prime_config.py "
+        "docs/configuration.md's configuration reference and the dataclasses of verl_prime_lora/config/prime.py "
         f"disagree: regenerate the table with `{REGENERATE}`"
     )
 

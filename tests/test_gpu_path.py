@@ -10,10 +10,11 @@ import pytest
 import torch
 from test_recipe_config import compose_ppo
 
-from verl_prime_lora.algo.prime_config import PrimeConfigError
 from verl_prime_lora.checks import environment_checks
 from verl_prime_lora.checks.config_checks import validate_prime_config
 from verl_prime_lora.checks.environment_checks import NCCL_CHECK, SDPA_OVERRIDES, check_environment
+from verl_prime_lora.config.prime import PrimeConfigError
+from verl_prime_lora.config.verl_view import verl_view
 
 SEED = ("+recipe=prime_lora", "actor_rollout_ref.model.path=/m")
 COLOCATED = ("+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m")
@@ -68,7 +69,7 @@ def test_fused_log_probs_are_the_fp32_log_softmax_of_the_bf16_logits():
 def test_flash_attention_without_flash_attn_is_refused_with_both_fixes(monkeypatch):
     without(monkeypatch, "flash_attn")
     with pytest.raises(PrimeConfigError) as err:
-        check_environment(compose_ppo(*SEED))
+        check_environment(verl_view(compose_ppo(*SEED)))
     message = str(err.value)
     assert message.startswith("actor_rollout_ref.model.override_config.attn_implementation: is flash_attention_2")
     assert "pip install --no-build-isolation flash-attn==2.8.3" in message  # veRL 0.9.1's pin
@@ -76,7 +77,7 @@ def test_flash_attention_without_flash_attn_is_refused_with_both_fixes(monkeypat
     # the way out it names: the actor's overrides, which the PRM follows, pass this check and the config checks
     fixed = compose_ppo(*SEED, *SDPA_OVERRIDES.split())
     assert fixed.prime.prm.model.override_config.attn_implementation == "sdpa"
-    check_environment(fixed)
+    check_environment(verl_view(fixed))
     validate_prime_config(fixed, check_tokenizers=False)
 
 
@@ -86,24 +87,26 @@ def test_a_lora_prm_with_its_own_flash_attention_is_refused(monkeypatch):
         *SEED, *SDPA_OVERRIDES.split(), "prime.prm.model.lora_rank=8", "prime.prm.model.override_config={}"
     )
     with pytest.raises(PrimeConfigError, match=r"^prime\.prm\.model\.override_config\.attn_implementation: "):
-        check_environment(cfg)
+        check_environment(verl_view(cfg))
 
 
 def test_flash_attention_with_flash_attn_and_the_cpu_preset_pass(monkeypatch):
     without(monkeypatch)
-    check_environment(compose_ppo(*SEED))
+    check_environment(verl_view(compose_ppo(*SEED)))
     without(monkeypatch, "flash_attn", "cupy")
-    check_environment(compose_ppo("+recipe=[prime_lora,cpu]", "actor_rollout_ref.model.path=/m"))  # sdpa, cpu_zmq
+    check_environment(
+        verl_view(compose_ppo("+recipe=[prime_lora,cpu]", "actor_rollout_ref.model.path=/m"))
+    )  # sdpa, cpu_zmq
 
 
 def test_the_split_placements_nccl_sync_without_cupy_is_refused(monkeypatch):
     without(monkeypatch, "cupy")
     with pytest.raises(PrimeConfigError) as err:
-        check_environment(compose_ppo(*SEED))
+        check_environment(verl_view(compose_ppo(*SEED)))
     message = str(err.value)
     assert message.startswith("actor_rollout_ref.rollout.checkpoint_engine.backend: is nccl")
     assert "pip install cupy-cuda13x==14.0.1" in message and NCCL_CHECK in message
-    check_environment(compose_ppo(*COLOCATED))  # colocated: the in-process `naive` sync, no cupy
+    check_environment(verl_view(compose_ppo(*COLOCATED)))  # colocated: the in-process `naive` sync, no cupy
 
 
 def test_the_driver_runs_the_environment_checks(monkeypatch):

@@ -8,15 +8,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "verl_prime_lora"
 
 # What each layer may import besides itself; the package root's `__init__` (the logger) is open to all.
 ALLOWED = {
-    "algo": set(),
+    "config": set(),
+    "checkpoint_folders": set(),
+    "algo": {"config"},
     "rewards": set(),
     "run_processes": set(),
     "patching": set(),
     "cpu": {"patching", "run_processes"},
-    "checks": {"algo", "rewards"},
-    "tools": {"algo", "rewards"},
-    "preflight": {"algo", "checks"},
-    "integration": {"algo", "checks", "patching", "rewards", "run_processes"},
+    "checks": {"checkpoint_folders", "config", "rewards"},
+    "tools": {"config", "rewards"},
+    "preflight": {"checks", "config"},
+    "integration": {"algo", "checkpoint_folders", "checks", "config", "patching", "rewards", "run_processes"},
     "demo": {"algo", "cpu", "rewards", "tools"},
 }
 

@@ -1,4 +1,4 @@
-"""The typed PRIME config (`verl_prime_lora.algo.prime_config`): its defaults are the recipe's values, key for
+"""The typed PRIME config (`verl_prime_lora.config.prime`): its defaults are the recipe's values, key for
 key; a composed config round-trips into it; each invalid value fails with a message that starts with its key."""
 
 import dataclasses
@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
 
 from verl_prime_lora.algo import core_algos
-from verl_prime_lora.algo.prime_config import (
+from verl_prime_lora.checks.config_checks import validate_prime_config
+from verl_prime_lora.config import prime_config
+from verl_prime_lora.config.prime import (
     PRM_VERL_SECTIONS,
     PROCESS_NORMS,
     AdvantageConfig,
@@ -25,9 +27,8 @@ from verl_prime_lora.algo.prime_config import (
     ProcessRewardsFn,
     advantage_config,
     config_value,
-    prime_config,
 )
-from verl_prime_lora.checks.config_checks import validate_prime_config
+from verl_prime_lora.config.verl_view import verl_view
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 ACTOR_MINI_BATCH = "${actor_rollout_ref.actor.ppo_mini_batch_size}"
@@ -90,13 +91,16 @@ def test_every_default_is_the_recipes_value(seed_recipe, cls, path, skip):
 
 
 def test_the_colocated_recipe_and_the_prompt_filter_keep_the_same_prime_settings(seed_recipe):
-    expected = prime_config(seed_recipe), advantage_config(seed_recipe.algorithm)
+    expected = prime_config(verl_view(seed_recipe)), advantage_config(seed_recipe.algorithm)
     for config in (recipe(name="prime_lora_colocated"), recipe(name="[prime_lora,prompt_filter]")):
-        assert (prime_config(config), advantage_config(config.algorithm)) == expected
+        assert (prime_config(verl_view(config)), advantage_config(config.algorithm)) == expected
 
 
-def test_process_norms_are_the_ones_core_algos_implements():
-    assert sorted(PROCESS_NORMS) == sorted(core_algos.PROCESS_NORMS)
+def test_core_algos_implements_each_process_norm_the_config_accepts():
+    """`config.prime.PROCESS_NORMS` is the one list of the names: core_algos maps each to the function of its name."""
+    assert tuple(core_algos.PROCESS_ADVANTAGES) == PROCESS_NORMS
+    for name, fn in core_algos.PROCESS_ADVANTAGES.items():
+        assert fn is getattr(core_algos, f"{name}_norm_process_advantage")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -106,7 +110,7 @@ def test_process_norms_are_the_ones_core_algos_implements():
 
 def test_the_recipe_round_trips_into_the_defaults(seed_recipe):
     actor_mini = seed_recipe.actor_rollout_ref.actor.ppo_mini_batch_size
-    assert prime_config(seed_recipe) == PrimeConfig(prm=PrmConfig(mini_batch_size=actor_mini))
+    assert prime_config(verl_view(seed_recipe)) == PrimeConfig(prm=PrmConfig(mini_batch_size=actor_mini))
     assert advantage_config(seed_recipe.algorithm) == AdvantageConfig()
 
 
@@ -157,7 +161,7 @@ ADVANTAGE_OVERRIDES = [
 @pytest.mark.parametrize("override, read, expected", OVERRIDES)
 def test_prime_overrides_reach_the_typed_config(override, read, expected):
     config = recipe(*(override if isinstance(override, tuple) else (override,)))
-    typed = prime_config(config)
+    typed = prime_config(verl_view(config))
     assert read(typed) == expected and type(read(typed)) is type(expected)
     validate_prime_config(config, check_tokenizers=False)
 
@@ -172,7 +176,7 @@ def test_advantage_overrides_reach_the_typed_config(override, name, expected):
 
 def test_typed_sections_are_read_only(seed_recipe):
     with pytest.raises(dataclasses.FrozenInstanceError):
-        prime_config(seed_recipe).prm.update = "none"
+        prime_config(verl_view(seed_recipe)).prm.update = "none"
 
 
 def test_advantage_config_takes_every_form_the_estimators_get():
@@ -181,7 +185,7 @@ def test_advantage_config_takes_every_form_the_estimators_get():
     assert advantage_config({"prime": {"process_norm": "token"}}).process_norm == "token"
     typed = AdvantageConfig(process_coef=0.5)
     assert advantage_config({"prime": typed}) is typed
-    assert prime_config(OmegaConf.create({})) == PrimeConfig()
+    assert prime_config(verl_view(OmegaConf.create({}))) == PrimeConfig()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,7 +227,7 @@ INVALID = [
 def test_each_error_starts_with_its_key(override, key):
     config = recipe(override)
     with pytest.raises(PrimeConfigError) as err:
-        prime_config(config)
+        prime_config(verl_view(config))
         advantage_config(config.algorithm)
     assert str(err.value).startswith(key + ":"), str(err.value)
     with pytest.raises(PrimeConfigError) as err:  # the same error from the driver's check, before Ray
@@ -256,7 +260,7 @@ def test_an_estimator_refuses_an_invalid_algorithm_prime():
 
 def test_importing_the_config_imports_neither_verl_nor_torch(tmp_path):
     code = (
-        "import json, sys; import verl_prime_lora.algo.prime_config; "
+        "import json, sys; import verl_prime_lora.config.run; "
         "print(json.dumps([name for name in ('verl', 'torch', 'ray') if name in sys.modules]))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)

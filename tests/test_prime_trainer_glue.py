@@ -24,20 +24,21 @@ from verl.protocol import DataProto
 
 import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import prm_bce_loss
-from verl_prime_lora.algo.prime_config import PrmConfig, advantage_config
-from verl_prime_lora.algo.run_config import (
+from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
+from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.config import prime_config
+from verl_prime_lora.config.prime import PrmConfig, advantage_config
+from verl_prime_lora.config.run import (
     REF_ACTOR_BASE,
     REF_ACTOR_REF,
     REF_FROZEN,
     REF_POLICY_OLD,
     REF_POLICY_T1,
     REF_PRM_ADAPTER_OFF,
-    prime_state_file,
-    prm_checkpoint_dir,
     reference_source,
     resume_folder,
 )
-from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.config.verl_view import algorithm_view, model_view, verl_view
 from verl_prime_lora.integration.prm_worker import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
@@ -474,26 +475,26 @@ def test_the_update_forward_is_the_pre_update_forward_only_where_exact(update, d
 
 def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
     model = OmegaConf.create({"path": tiny_model, "override_config": {}})
-    assert model_dropout(model) == 0.0  # Qwen2: attention_dropout 0
+    assert model_dropout(model_view(model)) == 0.0  # Qwen2: attention_dropout 0
     model.override_config = {"attention_dropout": 0.1}
-    assert model_dropout(model) == 0.1
-    assert model_dropout(OmegaConf.create({"path": str(tmp_path / "missing")})) == 1.0  # unknown: not 0
+    assert model_dropout(model_view(model)) == 0.1
+    assert model_dropout(model_view(OmegaConf.create({"path": str(tmp_path / "missing")}))) == 1.0  # unknown: not 0
 
 
 def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
     model = OmegaConf.create({"path": tiny_model, "lora_rank": 8})
-    assert model_dropout(model) == 0.0  # veRL's LoraConfig has none; nothing asked for one
+    assert model_dropout(model_view(model)) == 0.0  # veRL's LoraConfig has none; nothing asked for one
     model.lora = {"dropout": 0.05}  # applied by integration.patches.install_lora_dropout
-    assert model_dropout(model) == 0.05
+    assert model_dropout(model_view(model)) == 0.05
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_dropout": 0.1}))
     loaded = OmegaConf.create({"path": tiny_model, "lora_adapter_path": str(adapter)})
-    assert model_dropout(loaded) == 0.1  # peft keeps a loaded adapter's own dropout
+    assert model_dropout(model_view(loaded)) == 0.1  # peft keeps a loaded adapter's own dropout
     loaded.lora = {"dropout": 0.02}
-    assert model_dropout(loaded) == 0.02  # ... unless model.lora.dropout replaces it
+    assert model_dropout(model_view(loaded)) == 0.02  # ... unless model.lora.dropout replaces it
     loaded = OmegaConf.create({"path": tiny_model, "lora_adapter_path": str(tmp_path / "hdfs-only")})
-    assert model_dropout(loaded) == 1.0  # unreadable here: unknown, not 0
+    assert model_dropout(model_view(loaded)) == 1.0  # unreadable here: unknown, not 0
 
 
 def test_multi_output_sessions_are_refused_before_any_update():
@@ -540,16 +541,21 @@ def test_process_reward_stats_ignore_padding_rows():
 # --------------------------------------------------------------------------------------------------
 
 
+def reference_of(config, use_reference_policy):
+    view = verl_view(config)
+    return reference_source(view, prime_config(view).prm, use_reference_policy)
+
+
 def test_reference_source_picks_the_cheapest_correct_one():
-    assert reference_source(colocated(), use_reference_policy=False) == REF_ACTOR_BASE  # T=0.7: recompute at 1
-    assert reference_source(colocated("actor_rollout_ref.rollout.temperature=1.0"), True) == REF_ACTOR_REF
-    assert reference_source(colocated("actor_rollout_ref.rollout.temperature=1.0"), False) == REF_ACTOR_BASE
-    assert reference_source(colocated("prime.prm.model.lora_rank=8"), False) == REF_PRM_ADAPTER_OFF
-    assert reference_source(colocated("prime.prm.model.path=/other"), False) == REF_FROZEN
-    assert reference_source(colocated("actor_rollout_ref.model.lora_rank=0"), False) == REF_FROZEN
-    assert reference_source(colocated("prime.prm.reference=policy"), False) == REF_POLICY_T1
+    assert reference_of(colocated(), use_reference_policy=False) == REF_ACTOR_BASE  # T=0.7: recompute at 1
+    assert reference_of(colocated("actor_rollout_ref.rollout.temperature=1.0"), True) == REF_ACTOR_REF
+    assert reference_of(colocated("actor_rollout_ref.rollout.temperature=1.0"), False) == REF_ACTOR_BASE
+    assert reference_of(colocated("prime.prm.model.lora_rank=8"), False) == REF_PRM_ADAPTER_OFF
+    assert reference_of(colocated("prime.prm.model.path=/other"), False) == REF_FROZEN
+    assert reference_of(colocated("actor_rollout_ref.model.lora_rank=0"), False) == REF_FROZEN
+    assert reference_of(colocated("prime.prm.reference=policy"), False) == REF_POLICY_T1
     assert (
-        reference_source(colocated("prime.prm.reference=policy", "actor_rollout_ref.rollout.temperature=1.0"), False)
+        reference_of(colocated("prime.prm.reference=policy", "actor_rollout_ref.rollout.temperature=1.0"), False)
         == REF_POLICY_OLD
     )
 
@@ -591,15 +597,15 @@ def test_resume_folder_and_prm_nesting(tmp_path, monkeypatch):
     (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
     c = OmegaConf.create({"trainer": {"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None}})
     t = c.trainer
-    assert resume_folder(c) == str(ckpt / "global_step_2")
-    assert prm_checkpoint_dir(resume_folder(c)) == str(ckpt / "global_step_2" / "prm")
+    assert resume_folder(verl_view(c)) == str(ckpt / "global_step_2")
+    assert prm_checkpoint_dir(resume_folder(verl_view(c))) == str(ckpt / "global_step_2" / "prm")
     t.resume_mode = "disable"
-    assert resume_folder(c) is None
+    assert resume_folder(verl_view(c)) is None
     t.resume_mode, t.resume_from_path = "resume_path", "rel/global_step_7"
     monkeypatch.chdir(tmp_path)
-    assert resume_folder(c) == str(tmp_path / "rel" / "global_step_7")
+    assert resume_folder(verl_view(c)) == str(tmp_path / "rel" / "global_step_7")
     t.resume_mode, t.default_local_dir = "auto", str(tmp_path / "empty")
-    assert resume_folder(c) is None
+    assert resume_folder(verl_view(c)) is None
 
 
 @pytest.fixture(scope="module")
@@ -618,14 +624,16 @@ def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
         "prime.prm.micro_batch_size_per_gpu=2",
         "prime.prm.optim.lr=3e-6",
     )
-    wc = build_prm_worker_config(cfg.prime.prm, total_training_steps=11)
+    view = verl_view(cfg)
+    wc = build_prm_worker_config(view.prm, prime_config(view).prm, total_training_steps=11)
     assert wc.model_type == "language_model"
     assert wc.model_config.path == tiny_model and wc.model_config.lora_rank == 0
     # the seed recipe: fp32 master weights, bf16 compute; the CPU preset computes in fp32 as well. veRL's FSDP
     # engine computes in `mixed_precision.param_dtype` (bf16 when unset) and does not read `dtype`.
     assert (wc.engine_config.model_dtype, wc.engine_config.mixed_precision["param_dtype"]) == ("fp32", "fp32")
     seed_cfg = compose_ppo("+recipe=prime_lora_colocated", f"actor_rollout_ref.model.path={tiny_model}")
-    seed = build_prm_worker_config(seed_cfg.prime.prm, total_training_steps=11)
+    seed_view = verl_view(seed_cfg)
+    seed = build_prm_worker_config(seed_view.prm, prime_config(seed_view).prm, total_training_steps=11)
     assert (seed.engine_config.model_dtype, seed.engine_config.mixed_precision["param_dtype"]) == ("fp32", "bf16")
     assert wc.engine_config.strategy == "fsdp2" and not wc.engine_config.forward_only
     # the log-prob micro-batches follow the actor's (cpu.yaml: 8); the fused log-prob kernels too
@@ -633,7 +641,8 @@ def test_prm_worker_config_fp32_master_bf16_compute(tiny_model):
     assert wc.model_config.use_fused_kernels is True
     assert wc.optimizer_config.lr == pytest.approx(3e-6) and wc.optimizer_config.total_training_steps == 11
     assert wc.model_config.override_config["attn_implementation"] == "sdpa"
-    ref = build_prm_worker_config(OmegaConf.merge(cfg.prime.prm, {"model": {"lora_rank": 8}}), 11, forward_only=True)
+    lora_view = verl_view(OmegaConf.merge(cfg, {"prime": {"prm": {"model": {"lora_rank": 8}}}}))
+    ref = build_prm_worker_config(lora_view.prm, prime_config(lora_view).prm, 11, forward_only=True)
     assert ref.engine_config.forward_only and ref.model_config.lora_rank == 0
 
 
@@ -661,13 +670,15 @@ def _step_tensors(seed=0):
 @pytest.mark.parametrize("estimator", ["prime_grpo", "prime_rloo"])
 def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     prm, ref, mask, labels, uid, scores = _step_tensors()  # prm, ref: independent seeded random log-probs
-    algo = OmegaConf.create(
-        {
-            "adv_estimator": estimator,
-            "gamma": 1.0,
-            "norm_adv_by_std_in_grpo": True,
-            "prime": {"process_std_threshold": 0.0},
-        }
+    algo = algorithm_view(
+        OmegaConf.create(
+            {
+                "adv_estimator": estimator,
+                "gamma": 1.0,
+                "norm_adv_by_std_in_grpo": True,
+                "prime": {"process_std_threshold": 0.0},
+            }
+        )
     )
     r, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
     assert all(math.isfinite(v) for v in metrics.values())
@@ -697,8 +708,10 @@ def test_the_metrics_show_what_reached_the_advantage():
     outcome and the process part that the actor receives (gate and threshold applied)."""
     prm, ref, mask, labels, uid, scores = _step_tensors()
     uid = np.array(uid, dtype=object)
-    algo = OmegaConf.create({"adv_estimator": "prime_grpo", "gamma": 1.0, "prime": {"process_std_threshold": 0.01}})
-    options = advantage_config(algo)
+    algo = algorithm_view(
+        OmegaConf.create({"adv_estimator": "prime_grpo", "gamma": 1.0, "prime": {"process_std_threshold": 0.01}})
+    )
+    options = advantage_config(algo.node)
     untrained, _ = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05)  # PRM == reference
     trained, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
 
@@ -864,8 +877,10 @@ def test_prm_gradient_is_the_same_on_one_rank_and_on_two(rows, micro_1, micro_2,
 
 def _trainer_with_process_rewards_fn(fn) -> PrimeTrainerSync:
     trainer = object.__new__(PrimeTrainerSync)
-    trainer.process_rewards_fn = fn
-    trainer.prime = SimpleNamespace(process_rewards_fn=SimpleNamespace(name=getattr(fn, "__name__", "fn")))
+    trainer.run = SimpleNamespace(
+        process_rewards_fn=fn,
+        prime=SimpleNamespace(process_rewards_fn=SimpleNamespace(name=getattr(fn, "__name__", "fn"))),
+    )
     trainer.tokenizer = None
     trainer.global_steps = 3
     return trainer

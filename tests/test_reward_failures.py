@@ -22,9 +22,10 @@ from verl.trainer.ppo.v1.utils import MetricsAggregator
 
 import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import balanced_label_weights
-from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.algo.run_config import reward_function_name
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
+from verl_prime_lora.config import prime_config, run_config
+from verl_prime_lora.config.run import reward_function_name
+from verl_prime_lora.config.verl_view import verl_view
 from verl_prime_lora.integration import prompt_filter
 from verl_prime_lora.integration import reward_failures as rf
 from verl_prime_lora.integration.prm_worker import (
@@ -53,7 +54,7 @@ PRIME_CONFIG = {
     "prime": {"prm": {"label_key": "acc"}},
     "reward": {"custom_reward_function": {"path": "reward.py"}, "reward_model": {"enable": False}},
 }
-REWARD_FN = reward_function_name(OmegaConf.create(PRIME_CONFIG))  # "reward.py:compute_score"
+REWARD_FN = reward_function_name(verl_view(OmegaConf.create(PRIME_CONFIG)))  # "reward.py:compute_score"
 
 
 @pytest.fixture(autouse=True)
@@ -252,11 +253,13 @@ def test_a_reward_call_past_its_time_limit_is_a_failed_row_and_the_batch_goes_on
 
 
 def test_the_reward_time_limit_is_a_prime_key_null_for_none():
-    assert rf.reward_guard(OmegaConf.create(PRIME_CONFIG)).timeout_s == 120.0  # the default: a grader never nears it
+    assert (
+        rf.reward_guard(verl_view(OmegaConf.create(PRIME_CONFIG))).timeout_s == 120.0
+    )  # the default: a grader never nears it
     none = {**PRIME_CONFIG, "prime": {"prm": {"label_key": "acc"}, "reward_timeout_s": None}}
-    assert rf.reward_guard(OmegaConf.create(none)).timeout_s is None
+    assert rf.reward_guard(verl_view(OmegaConf.create(none))).timeout_s is None
     with pytest.raises(PrimeConfigError, match=r"^prime\.reward_timeout_s: is 0"):
-        rf.reward_guard(OmegaConf.create({**PRIME_CONFIG, "prime": {"reward_timeout_s": 0}}))
+        rf.reward_guard(verl_view(OmegaConf.create({**PRIME_CONFIG, "prime": {"reward_timeout_s": 0}})))
 
 
 def test_other_trainers_keep_verl_behaviour():
@@ -375,12 +378,14 @@ def colocated(*overrides):
 
 def test_the_knob_is_in_the_recipe_and_checked_before_ray():
     config = colocated()
-    assert prime_config(config).max_failed_rollout_ratio == 0.0  # the recipe's default: stop at the first failure
+    assert (
+        prime_config(verl_view(config)).max_failed_rollout_ratio == 0.0
+    )  # the recipe's default: stop at the first failure
     validate_prime_config(config, check_tokenizers=False)
     for bad in ("1.5", "-0.1", "true"):
         with pytest.raises(PrimeConfigError, match=r"^prime.max_failed_rollout_ratio: "):
             validate_prime_config(colocated(f"prime.max_failed_rollout_ratio={bad}"), check_tokenizers=False)
-    assert prime_config(colocated("prime.max_failed_rollout_ratio=1.0")).max_failed_rollout_ratio == 1.0
+    assert prime_config(verl_view(colocated("prime.max_failed_rollout_ratio=1.0"))).max_failed_rollout_ratio == 1.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -507,8 +512,7 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
     trainer.watchdog = trainer_module.StepWatchdog()
-    trainer.config = colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3")
-    trainer.prime = prime_config(trainer.config)
+    trainer.run = run_config(colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3"))
     trainer.parameter_sync_step, trainer.global_steps = 1, 4
     trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
     trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")
@@ -637,10 +641,9 @@ def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatc
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
     trainer.watchdog = trainer_module.StepWatchdog()
-    trainer.config = colocated(
-        "data.train_batch_size=1", "actor_rollout_ref.rollout.n=3", "prime.max_failed_rollout_ratio=1.0"
+    trainer.run = run_config(
+        colocated("data.train_batch_size=1", "actor_rollout_ref.rollout.n=3", "prime.max_failed_rollout_ratio=1.0")
     )
-    trainer.prime = prime_config(trainer.config)
     trainer.parameter_sync_step, trainer.global_steps = 1, 2
     trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
     trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")

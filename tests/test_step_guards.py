@@ -15,7 +15,7 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 
-from verl_prime_lora.algo.prime_config import advantage_config, prime_config
+from verl_prime_lora.config import run_config
 from verl_prime_lora.integration import trainer as trainer_module
 from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
@@ -163,9 +163,7 @@ def test_non_finite_advantages_are_not_written_back(monkeypatch):
     written = []
     monkeypatch.setattr(trainer_module.tq, "kv_batch_put", lambda **kw: written.append(kw))
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
-    trainer.config = colocated()
-    trainer.prime = prime_config(trainer.config)
-    trainer.prime_advantage = advantage_config(trainer.config.algorithm)
+    trainer.run = run_config(colocated())
     trainer.prm_pairwise_ema, trainer.global_steps = 0.5, 6
     mask = torch.ones(4, 3)
     scores = torch.zeros(4, 3)

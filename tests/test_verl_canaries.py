@@ -50,7 +50,7 @@ CANARIES = [
         f"{TB}._setup",
         "bff547182838a057",
         "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._load_checkpoint (builds the PRM there); "
-        "verl_prime_lora/algo/run_config.py: actor_uses_lora",
+        "verl_prime_lora/config/run.py: actor_uses_lora",
         "_load_checkpoint is still called last, after every resource pool exists; actor_uses_lora still "
         "matches the `ref_in_actor` test (lora.rank, lora_rank, lora_adapter_path)",
     ),
@@ -65,7 +65,7 @@ CANARIES = [
     Canary(
         f"{TB}._load_checkpoint",
         "4b42daf1e3d5720b",
-        "verl_prime_lora/algo/run_config.py: resume_folder; "
+        "verl_prime_lora/config/run.py: resume_folder; "
         "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._load_checkpoint",
         "resume_folder repeats the folder choice (resume_mode disable/auto/resume_path, relative "
         "paths, find_latest_ckpt_path); global_steps > 0 still means 'resumed'",
@@ -80,7 +80,7 @@ CANARIES = [
     Canary(
         f"{TB}._compute_old_log_prob",
         "44d291a7cc1930e9",
-        "verl_prime_lora/algo/run_config.py: reference_source; "
+        "verl_prime_lora/config/run.py: reference_source; "
         "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
         "old_log_probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `old_log_probs`",
@@ -88,13 +88,13 @@ CANARIES = [
     Canary(
         f"{SEP}._compute_old_log_prob",
         "90d71addc6867d27",
-        "verl_prime_lora/algo/run_config.py: reference_source (REF_POLICY_OLD on prime_separate_async)",
+        "verl_prime_lora/config/run.py: reference_source (REF_POLICY_OLD on prime_separate_async)",
         "the split trainer's old_log_probs still come from the base computation (bypass mode aside)",
     ),
     Canary(
         f"{TB}._compute_ref_log_prob",
         "0083e371d1a9d87d",
-        "verl_prime_lora/algo/run_config.py: reference_source; "
+        "verl_prime_lora/config/run.py: reference_source; "
         "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
         "ref log-probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `ref_log_prob`",

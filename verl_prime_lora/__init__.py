@@ -1,9 +1,10 @@
 """verl-prime-lora: PRIME (arXiv 2502.01456) as a plugin for veRL 0.9.1, with a LoRA actor.
 
-Its folders are its layers: `algo` (the math and the typed config), `integration` (the veRL plugin, PRIME
-trainers, PRM worker, prompt filter, the step's guards, patches), `checks` (before Ray), `rewards`, `cpu` (the
-CPU platform), `preflight` (GPU memory), `tools` (eval, export, config reference, tiny models) and `demo` (the CPU
-main job);
+Its folders are its layers: `config` (the run's configuration, read once: the typed PRIME sections, one view of
+every veRL key the plugin reads, what they say about the run), `algo` (the math), `checkpoint_folders` (where a
+run's checkpoints lie), `integration` (the veRL plugin, PRIME trainers, PRM worker, prompt filter, the step's guards,
+patches), `checks` (before Ray), `rewards`, `cpu` (the CPU platform), `preflight` (GPU memory), `tools` (eval,
+export, config reference, tiny models) and `demo` (the CPU main job);
 the Hydra config group is `recipe/`. veRL loads `verl_prime_lora.integration.plugin` itself.
 
 **The seed**, as the code and the docs use the word: the training run behind the Tina-PRIME LoRA adapters, as their

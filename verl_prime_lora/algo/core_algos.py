@@ -23,12 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from verl_prime_lora.algo.prime_config import AdvantageConfig, advantage_config, config_value
-
 # veRL's, bound at first call: importing this module does not import veRL (see verl_bindings).
 from verl_prime_lora.algo.verl_bindings import masked_whiten, register_adv_est
+from verl_prime_lora.config.prime import PROCESS_NORMS, AdvantageConfig, advantage_config
+from verl_prime_lora.config.verl_view import algorithm_view
 
-# algorithm.prime's defaults (prime_config), for the functions below called without a config
+# algorithm.prime's defaults (config.prime), for the functions below called without a config
 DEFAULT_EPSILON = AdvantageConfig.epsilon  # as veRL's grpo
 DEFAULT_PROCESS_STD_THRESHOLD = AdvantageConfig.process_std_threshold  # compared with std_g(z) or std_g(r̄)
 
@@ -516,21 +516,22 @@ def prime_advantage(
     return advantages, returns
 
 
-# algorithm.prime.process_norm -> its process advantage (prime_config.PROCESS_NORMS names the same keys)
-PROCESS_NORMS = {"sequence": sequence_norm_process_advantage, "token": token_norm_process_advantage}
+# algorithm.prime.process_norm -> its process advantage, for each of the names config.prime.PROCESS_NORMS accepts
+PROCESS_ADVANTAGES = dict(
+    zip(PROCESS_NORMS, (sequence_norm_process_advantage, token_norm_process_advantage), strict=True)
+)
 
 
 def _process_part(
-    config: Any, options: AdvantageConfig, baseline: str
+    gamma: float, options: AdvantageConfig, baseline: str
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The process advantage with a ``group_norm`` (GRPO-like) or ``leave_one_out`` (paper) baseline.
 
     ``group_norm`` normalises per ``algorithm.prime.process_norm``: ``sequence`` (default,
-    length-free) or ``token`` (the seed's formula). ``config``: the algorithm config (its ``gamma``).
+    length-free) or ``token`` (the seed's formula). ``gamma``: ``algorithm.gamma``.
     """
-    gamma = float(config_value(config, "gamma", 1.0))
     if baseline == "group_norm":
-        process_fn = PROCESS_NORMS[options.process_norm]
+        process_fn = PROCESS_ADVANTAGES[options.process_norm]
         threshold, epsilon = options.process_std_threshold, options.epsilon
         return lambda r, m, gid: process_fn(r, m, gid, gamma, threshold, epsilon)
     return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
@@ -556,12 +557,12 @@ def compute_prime_grpo_advantage(
     process_norm, process_std_threshold, epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
     process gate) multiplies c_p. Without process rewards it equals veRL's ``grpo``.
     """
-    options = advantage_config(config)
+    options, algorithm = advantage_config(config), algorithm_view(config)
     if norm_adv_by_std_in_grpo is None:
-        norm_adv_by_std_in_grpo = bool(config_value(config, "norm_adv_by_std_in_grpo", True))
+        norm_adv_by_std_in_grpo = algorithm.norm_adv_by_std_in_grpo
     return prime_advantage(
         lambda rewards, m, gid: grpo_outcome_advantage(rewards.sum(-1), gid, options.epsilon, norm_adv_by_std_in_grpo),
-        _process_part(config, options, "group_norm"),
+        _process_part(algorithm.gamma, options, "group_norm"),
         token_level_rewards,
         response_mask,
         index,
@@ -589,7 +590,7 @@ def compute_prime_rloo_advantage(
     options = advantage_config(config)
     return prime_advantage(
         lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
-        _process_part(config, options, "leave_one_out"),
+        _process_part(algorithm_view(config).gamma, options, "leave_one_out"),
         token_level_rewards,
         response_mask,
         index,

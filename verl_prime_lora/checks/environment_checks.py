@@ -20,10 +20,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
-from typing import Any
 
-from verl_prime_lora.algo.prime_config import PrimeConfigError
-from verl_prime_lora.algo.run_config import get, has_standalone_rollout
+from verl_prime_lora.config.prime import PrimeConfigError
+from verl_prime_lora.config.run import has_standalone_rollout
+from verl_prime_lora.config.verl_view import VerlView, key_of
 
 FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
 SDPA_OVERRIDES = (
@@ -31,8 +31,6 @@ SDPA_OVERRIDES = (
     "actor_rollout_ref.model.use_remove_padding=false"
 )
 NCCL_CHECK = 'python -c "from cupy.cuda import nccl; print(nccl.get_version())"'
-# The models whose attention the run builds: the actor's (its reference and vLLM follow it) and the PRM's.
-MODEL_SECTIONS = ("actor_rollout_ref.model", "prime.prm.model")
 
 
 def _fail(key: str, message: str) -> None:
@@ -57,20 +55,21 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def check_environment(config: Any) -> None:
+def check_environment(view: VerlView) -> None:
     """Raise `PrimeConfigError` naming the key when the configured GPU path needs a package that is missing."""
-    check_attention_package(config)
-    check_weight_sync_package(config)
+    check_attention_package(view)
+    check_weight_sync_package(view)
 
 
-def check_attention_package(config: Any) -> None:
-    for section in MODEL_SECTIONS:
-        if get(config, section) is None:
+def check_attention_package(view: VerlView) -> None:
+    """The models whose attention the run builds: the actor's (its reference and vLLM follow it) and the PRM's."""
+    for model in (view.model, view.prm.model):
+        if model.node is None:
             continue
-        implementation = get(config, f"{section}.override_config.attn_implementation", "flash_attention_2")
+        implementation = model.attn_implementation
         if implementation in FLASH_ATTENTION and not installed("flash_attn"):
             _fail(
-                f"{section}.override_config.attn_implementation",
+                key_of(model, "attn_implementation"),
                 f"is {implementation}{' (veRL default)' if implementation == 'flash_attention_2' else ''}, "
                 "but the flash_attn package is not installed, and transformers builds no model without it. "
                 "Install it after torch: `pip install wheel && pip install --no-build-isolation "
@@ -79,11 +78,10 @@ def check_attention_package(config: Any) -> None:
             )
 
 
-def check_weight_sync_package(config: Any) -> None:
-    key = "actor_rollout_ref.rollout.checkpoint_engine.backend"
-    if has_standalone_rollout(config) and get(config, key) == "nccl" and not installed("cupy"):
+def check_weight_sync_package(view: VerlView) -> None:
+    if has_standalone_rollout(view) and view.rollout.sync_backend == "nccl" and not installed("cupy"):
         _fail(
-            key,
+            key_of(view.rollout, "sync_backend"),
             "is nccl (the split placement's weight sync from the actor to vLLM), which imports cupy in the actor "
             f"and in every vLLM worker, and cupy is not installed. Install veRL's pin: `pip install "
             f"{verl_pin('cupy-cuda13x')}` (a CUDA 13 build: NVIDIA driver >= 580), then check NCCL with "

@@ -21,39 +21,37 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from omegaconf import open_dict
-
-from verl_prime_lora.algo.run_config import CHECKPOINT_TRACKER as TRACKER
-from verl_prime_lora.algo.run_config import step_folders, tracker_text
+from verl_prime_lora.checkpoint_folders import CHECKPOINT_TRACKER as TRACKER
+from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
+from verl_prime_lora.config.verl_view import TrainerView, write
 
 
 class CheckpointSpaceError(OSError):
     """A checkpoint save ran out of disk space; the message names the folder and the bytes."""
 
 
-def checkpoints_to_keep(trainer: Any) -> int | None:
+def checkpoints_to_keep(trainer: TrainerView) -> int | None:
     """How many step checkpoints the run keeps (`trainer.max_actor_ckpt_to_keep`, 1 with veRL's deprecated
     `remove_previous_ckpt_in_save`), None for all."""
-    if trainer.get("remove_previous_ckpt_in_save", False):
+    if trainer.remove_previous_ckpt_in_save:
         return 1
-    keep = trainer.get("max_actor_ckpt_to_keep", None)
+    keep = trainer.max_actor_ckpt_to_keep
     return int(keep) if keep else None
 
 
 @contextlib.contextmanager
-def saving_without_removal(trainer: Any) -> Iterator[None]:
-    """veRL's managers remove no old checkpoint during the save (`trainer` is the run's `trainer` config node)."""
-    saved = {key: trainer.get(key) for key in ("max_actor_ckpt_to_keep", "remove_previous_ckpt_in_save")}
-    with open_dict(trainer):
-        trainer.max_actor_ckpt_to_keep, trainer.remove_previous_ckpt_in_save = None, False
+def saving_without_removal(trainer: TrainerView) -> Iterator[None]:
+    """veRL's managers remove no old checkpoint during the save (set so in the run's `trainer` config node, which
+    they read, and set back after it)."""
+    saved = {name: getattr(trainer, name) for name in ("max_actor_ckpt_to_keep", "remove_previous_ckpt_in_save")}
+    write(trainer, "max_actor_ckpt_to_keep", None)
+    write(trainer, "remove_previous_ckpt_in_save", False)
     try:
         yield
     finally:
-        with open_dict(trainer):
-            for key, value in saved.items():
-                trainer[key] = value
+        for name, value in saved.items():
+            write(trainer, name, value)
 
 
 def remove_old_checkpoints(root: str | Path, keep: int | None, published_step: int) -> list[Path]:

@@ -2,7 +2,7 @@
 
 veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function, applied
 where veRL's module is imported (`MODULE_PATCHES`; `integration.plugin.REGISTERING_MODULES` imports this module
-at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`algo.run_config.is_prime_run`); 2, 3 and
+at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.run.is_prime_run`); 2, 3 and
 5 fix veRL for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
@@ -55,7 +55,8 @@ import logging
 import sys
 from typing import Any
 
-from verl_prime_lora.algo.run_config import is_prime_run, lora_dropout
+from verl_prime_lora.config.run import is_prime_run
+from verl_prime_lora.config.verl_view import model_view, verl_view
 from verl_prime_lora.patching import is_patched, mark, when_each_imported
 from verl_prime_lora.run_processes import reap_after_driver
 
@@ -83,12 +84,13 @@ def install_driver_validation(verl_config) -> None:
         from verl_prime_lora.checks.environment_checks import check_environment
         from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
 
-        check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
-        if is_prime_run(config):
-            check_devices(config)  # the devices first: the config checks' micro-batch arithmetic assumes them
-            validate_prime_config(config, check_tokenizers=False)  # the config's keys: no file is read
-            check_environment(config)  # the packages the configured GPU path imports (flash-attn, cupy)
-            check_files_and_code(config)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
+        view = verl_view(config)
+        check_stray_recipe(view)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
+        if is_prime_run(view):
+            check_devices(view)  # the devices first: the config checks' micro-batch arithmetic assumes them
+            run = validate_prime_config(config, check_tokenizers=False, view=view)  # the config's keys: no file read
+            check_environment(view)  # the packages the configured GPU path imports (flash-attn, cupy)
+            check_files_and_code(run)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
             if _is_main_ppo_driver():
                 reap_after_driver()  # the run's processes end with the driver, however it ends
         return original(config, *args, **kwargs)
@@ -128,7 +130,7 @@ def install_lora_dropout(transformer_impl) -> None:
         @functools.wraps(original)
         def _build_lora_module(self, module):
             module = original(self, module)
-            p = lora_dropout(self.model_config)
+            p = model_view(self.model_config).lora_dropout
             if p > 0:
                 n = apply_lora_dropout(module, p)
                 logger.info("verl-prime-lora: LoRA dropout %.3g on %d adapter layers", p, n)
@@ -191,7 +193,7 @@ def install_reward_failure_guard(reward_loop) -> None:
     def guard(worker):
         """`reward_guard` of the worker's config, read (a typed PRIME config built) once per worker."""
         if _GUARD_ATTR not in worker.__dict__:
-            worker.__dict__[_GUARD_ATTR] = reward_guard(worker.config)
+            worker.__dict__[_GUARD_ATTR] = reward_guard(verl_view(worker.config))
         return worker.__dict__[_GUARD_ATTR]
 
     @functools.wraps(original)

@@ -11,10 +11,10 @@ PRIME only supplies
 * `build_prm_worker_config` — `prime.prm.*` → `TrainingWorkerConfig` (fp32 master weights,
   bf16 compute by default, the PRM's own lr/scheduler/clip/micro-batch knobs): its `model`, `engine`,
   `optim` and `checkpoint` sections become veRL's own config dataclasses, the batch knobs come from
-  the typed `prime_config.PrmConfig`;
+  the typed `config.prime.PrmConfig`;
 * `ImplicitPRM` — the controller-side handle the trainer uses: log-probs (with or without the LoRA
-  adapter), one update over the batch, save/load. Data travels through TransferQueue exactly as for
-  veRL's critic (`trainer_base.py`).
+  adapter), one update over the batch, save/load; built from the trainer's `RunConfig`. Data travels
+  through TransferQueue exactly as for veRL's critic (`trainer_base.py`).
 
 Both PRM and reference log-probs are computed at temperature 1.0 (the PRM is a likelihood model,
 not a sampler; veRL divides logits by the rollout temperature only when asked, so we always pass 1.0).
@@ -29,12 +29,14 @@ from functools import partial
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import OmegaConf, open_dict
 from tensordict import TensorDict
 
 from verl_prime_lora.algo.core_algos import prm_bce_loss, prm_sequence_logits
-from verl_prime_lora.algo.prime_config import PrmConfig, prime_config
-from verl_prime_lora.algo.run_config import PRM_TEMPERATURE, lora_dropout, prm_is_lora
+from verl_prime_lora.config import RunConfig
+from verl_prime_lora.config.prime import PrmConfig
+from verl_prime_lora.config.run import PRM_TEMPERATURE, prm_is_lora
+from verl_prime_lora.config.verl_view import ModelView, PrmView
 from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
 logger = logging.getLogger(__name__)
@@ -163,14 +165,14 @@ def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int
 # ---------------------------------------------------------------------------------------------
 
 
-def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forward_only: bool = False):
-    """`prime.prm` → veRL `TrainingWorkerConfig` for the PRM (or, `forward_only`, its frozen reference)."""
+def build_prm_worker_config(prm_view: PrmView, prm: PrmConfig, total_training_steps: int, forward_only: bool = False):
+    """`prime.prm` → veRL `TrainingWorkerConfig` for the PRM (or, `forward_only`, its frozen reference): veRL's
+    sections from the node `prm_view` holds, the batch knobs from `prm`, the typed `prime.prm`."""
     from verl.trainer.config import CheckpointConfig
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import TrainingWorkerConfig
 
-    prm = PrmConfig.from_config(prm_cfg)
-    prm_cfg = OmegaConf.create(OmegaConf.to_container(prm_cfg, resolve=True))
+    prm_cfg = OmegaConf.create(OmegaConf.to_container(prm_view.node, resolve=True))
     with open_dict(prm_cfg):
         prm_cfg.optim.total_training_steps = int(total_training_steps)
         if prm_cfg.optim.get("clip_grad") is None:
@@ -190,7 +192,7 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
     engine_config.infer_micro_batch_size_per_gpu = prm.infer_micro_batch_size_per_gpu
     engine_config.max_token_len_per_gpu = prm.max_token_len_per_gpu
     engine_config.infer_max_token_len_per_gpu = prm.infer_max_token_len_per_gpu
-    engine_config.use_remove_padding = bool(prm_cfg.model.get("use_remove_padding", False))
+    engine_config.use_remove_padding = prm_view.model.use_remove_padding
 
     return TrainingWorkerConfig(
         model_type="language_model",
@@ -201,22 +203,20 @@ def build_prm_worker_config(prm_cfg: DictConfig, total_training_steps: int, forw
     )
 
 
-def model_dropout(model_cfg: DictConfig) -> float:
-    """The largest dropout probability in the PRM: a `*dropout*` or `*_pdrop` number of its Hugging Face
-    config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`, which
-    `integration.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
+def model_dropout(model: ModelView) -> float:
+    """The largest dropout probability in the PRM (`model`: its `prime.prm.model`): a `*dropout*` or `*_pdrop`
+    number of its Hugging Face config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`,
+    which `integration.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
     `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
     from transformers import AutoConfig
 
     try:
-        hf_config = AutoConfig.from_pretrained(
-            str(model_cfg.path), trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
-        )
+        hf_config = AutoConfig.from_pretrained(str(model.path), trust_remote_code=model.trust_remote_code)
     except (OSError, ValueError) as exc:
-        logger.info("PRM: cannot read %s's config (%s); its dropout is taken as unknown", model_cfg.path, exc)
+        logger.info("PRM: cannot read %s's config (%s); its dropout is taken as unknown", model.path, exc)
         return 1.0
-    values = {**hf_config.to_dict(), **OmegaConf.to_container(model_cfg.get("override_config") or OmegaConf.create())}
-    model = max(
+    values = {**hf_config.to_dict(), **OmegaConf.to_container(model.override_config or OmegaConf.create())}
+    base = max(
         (
             float(value)
             for key, value in values.items()
@@ -226,10 +226,10 @@ def model_dropout(model_cfg: DictConfig) -> float:
         ),
         default=0.0,
     )
-    adapter = lora_dropout(model_cfg)
-    if adapter == 0 and model_cfg.get("lora_adapter_path") is not None:
-        adapter = saved_adapter_dropout(str(model_cfg.lora_adapter_path))
-    return max(model, adapter)
+    adapter = model.lora_dropout
+    if adapter == 0 and model.lora_adapter_path is not None:
+        adapter = saved_adapter_dropout(str(model.lora_adapter_path))
+    return max(base, adapter)
 
 
 def saved_adapter_dropout(adapter_path: str) -> float:
@@ -285,18 +285,17 @@ class ImplicitPRM:
     frozen forward-only reference group) on one resource pool."""
 
     def __init__(
-        self, config: DictConfig, resource_pool, device_name: str, total_training_steps: int, need_frozen_ref: bool
+        self, run: RunConfig, resource_pool, device_name: str, total_training_steps: int, need_frozen_ref: bool
     ):
         import ray
         from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
         from verl.workers.engine_workers import TrainingWorker
 
-        self.config = config
-        self.cfg = config.prime.prm
-        self.prm = prime_config(config).prm
-        self.is_lora = prm_is_lora(self.cfg)
+        self.prm = run.prime.prm
+        self.rollout_n = run.verl.rollout.n
+        self.is_lora = prm_is_lora(run.verl.prm.model)
 
-        worker_cfg = build_prm_worker_config(self.cfg, total_training_steps)
+        worker_cfg = build_prm_worker_config(run.verl.prm, self.prm, total_training_steps)
         self.wg = RayWorkerGroup(
             resource_pool=resource_pool,
             ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(TrainingWorker), config=worker_cfg),
@@ -307,7 +306,7 @@ class ImplicitPRM:
 
         self.ref_wg = None
         if need_frozen_ref:
-            ref_cfg = build_prm_worker_config(self.cfg, total_training_steps, forward_only=True)
+            ref_cfg = build_prm_worker_config(run.verl.prm, self.prm, total_training_steps, forward_only=True)
             self.ref_wg = RayWorkerGroup(
                 resource_pool=resource_pool,
                 ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(TrainingWorker), config=ref_cfg),
@@ -345,8 +344,7 @@ class ImplicitPRM:
         With `capture`, the batch must hold `PRM_ROW_FIELD`."""
         from verl.utils.metric import reduce_metrics
 
-        n = int(self.config.actor_rollout_ref.rollout.n)
-        mini = self.prm.mini_batch_size * n
+        mini = self.prm.mini_batch_size * self.rollout_n
         meta = _meta_for(
             batch,
             global_batch_size=mini,

@@ -51,14 +51,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.algo.run_config import MAX_RATIO_KEY, PRIME_TRAINERS, REWARD_FN_KEY
+from verl_prime_lora.config import prime_config
+from verl_prime_lora.config.prime import PrimeConfig
+from verl_prime_lora.config.run import MAX_RATIO_KEY, REWARD_FN_KEY, is_prime_trainer
+from verl_prime_lora.config.verl_view import VerlView, key_of
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem
 
-TIMEOUT_KEY = "prime.reward_timeout_s"
+TIMEOUT_KEY = key_of(PrimeConfig, "reward_timeout_s")
 
 logger = logging.getLogger(__name__)
 
@@ -135,12 +135,12 @@ class RewardGuard:
     timeout_s: float | None
 
 
-def reward_guard(config: Any) -> RewardGuard | None:
-    """The `RewardGuard` when `config` runs a PRIME trainer, whose reward failures are guarded and counted; None
-    for any other trainer, which keeps veRL's own handling."""
-    if OmegaConf.select(config, "trainer.v1.trainer_mode", default=None) not in PRIME_TRAINERS:
+def reward_guard(view: VerlView) -> RewardGuard | None:
+    """The `RewardGuard` when the config of `view` runs a PRIME trainer, whose reward failures are guarded and
+    counted; None for any other trainer, which keeps veRL's own handling."""
+    if not is_prime_trainer(view):
         return None
-    prime = prime_config(config)
+    prime = prime_config(view)
     return RewardGuard(prime.prm.label_key, prime.reward_timeout_s)
 
 

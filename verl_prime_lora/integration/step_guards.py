@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from verl_prime_lora.config.prime import PrmConfig
+from verl_prime_lora.config.verl_view import VerlView, key_of
+
 MAX_ROWS_NAMED = 8
 
 # What the PRM worker's update returns (`ImplicitPRM.update`) → the metric it is logged as.
@@ -56,7 +59,7 @@ def check_prm_update(update_metrics: dict[str, float], step: int) -> None:
         "Look for NaN/inf in what the PRM trains on (its reference log-probs, the rewards' labels) or lower "
         "prime.prm.optim.lr."
     )
-    _check_update("prime.prm", "PRM", values, "prm/grad_norm", step, hint)
+    _check_update(PrmConfig.KEY, "PRM", values, "prm/grad_norm", step, hint)
 
 
 def check_actor_update(metrics: dict[str, float], step: int) -> None:
@@ -64,7 +67,7 @@ def check_actor_update(metrics: dict[str, float], step: int) -> None:
     checkpoint. Its advantages were finite (`check_finite`), so a NaN here comes from the policy's log-probs."""
     values = {metric: metrics[metric] for metric in ACTOR_UPDATE_METRICS if metric in metrics}
     hint = "The advantages were finite: look at the actor's log-probs, or lower actor_rollout_ref.actor.optim.lr."
-    _check_update("actor_rollout_ref.actor", "actor", values, "actor/grad_norm", step, hint)
+    _check_update(key_of(VerlView, "actor"), "actor", values, "actor/grad_norm", step, hint)
 
 
 def check_finite(key: str, quantity: str, values: Any, mask: Any, step: int, hint: str) -> None:

@@ -60,26 +60,22 @@ from verl_prime_lora.algo.core_algos import (
     process_gate_weight,
     process_group_spread,
 )
-from verl_prime_lora.algo.prime_config import PrimeConfigError, ProcessRewardsFn, advantage_config, prime_config
-from verl_prime_lora.algo.run_config import (
+from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
+from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
+from verl_prime_lora.config import RunConfig
+from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig, ProcessRewardsFn
+from verl_prime_lora.config.run import (
     PRM_TEMPERATURE,
     REF_ACTOR_BASE,
     REF_ACTOR_REF,
     REF_FROZEN,
     REF_POLICY_OLD,
     REF_POLICY_T1,
-    prime_state_file,
-    prm_checkpoint_dir,
     reference_source,
     resume_folder,
     reward_function_name,
 )
-from verl_prime_lora.checks.config_checks import (
-    compute_precision,
-    load_process_rewards_fn,
-    step_batch_rows,
-    validate_prime_config,
-)
+from verl_prime_lora.config.verl_view import AlgorithmView, key_of
 from verl_prime_lora.integration.checkpoint_files import (
     checkpoints_to_keep,
     no_space_left,
@@ -183,13 +179,10 @@ class PrimeTrainerMixin:
         self.prime_trainer_mode = value
 
     def __init__(self, config: DictConfig):
-        validate_prime_config(config)
+        self.run: RunConfig = validate_prime_config(config)  # this process's one view of the run's configuration
         super().__init__(config)
         self.prm: ImplicitPRM | None = None
-        self.prm_reference = reference_source(config, self.use_reference_policy)
-        self.prime = prime_config(config)  # prime.*, typed (verl_prime_lora.algo.prime_config)
-        self.prime_advantage = advantage_config(config.algorithm)  # algorithm.prime.*, typed
-        self.process_rewards_fn = load_process_rewards_fn(self.prime.process_rewards_fn)
+        self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
         self.watchdog = StepWatchdog()  # a step far past its usual time is logged with its phase
 
@@ -205,47 +198,48 @@ class PrimeTrainerMixin:
 
     def _init_prm(self) -> None:
         pool = self.resource_pool_manager.get_resource_pool(self._actor_role())
+        verl, prm = self.run.verl, self.run.prime.prm
         self.prm = ImplicitPRM(
-            config=self.config,
+            run=self.run,
             resource_pool=pool,
-            device_name=self.config.trainer.device,
+            device_name=verl.trainer.device,
             total_training_steps=self.total_training_steps,
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
-        self.prm_dropout = model_dropout(self.prm.cfg.model)
-        self.prm_fp32 = compute_precision(self.config, "prime.prm.engine") == "fp32"
+        self.prm_dropout = model_dropout(verl.prm.model)
+        self.prm_fp32 = compute_precision(verl.prm.engine) == "fp32"
         self.prm_adapter_forwarded = False  # a LoRA PRM's first forward in this process (step 1 below) is done
         today, minimum = prm_passes(
-            self.prime.prm.update,
+            prm.update,
             self.prm_reference,
-            self.prime.prm.epochs,
-            from_update=self._pre_update_from_update(step_batch_rows(self.config)[0]) and not self.prime.diagnostics,
+            prm.epochs,
+            from_update=self._pre_update_from_update(step_batch_rows(verl)[0]) and not self.run.prime.diagnostics,
         )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
-            self.prime.prm.reference,
+            prm.reference,
             self.prm_reference,
-            self.prime.prm.update,
-            self.prime.prm.beta,
+            prm.update,
+            prm.beta,
             today,
             minimum,
         )
 
     def _pre_update_from_update(self, batch_rows: int) -> bool:
-        n = int(self.config.actor_rollout_ref.rollout.n)
-        return update_forward_is_pre_update(self.prime.prm, self.prm_dropout, batch_rows, n, self.prm_fp32)
+        n = self.run.verl.rollout.n
+        return update_forward_is_pre_update(self.run.prime.prm, self.prm_dropout, batch_rows, n, self.prm_fp32)
 
     def _load_checkpoint(self):
         if self.prm is None:
             self._init_prm()
         super()._load_checkpoint()
         if self.global_steps > 0:
-            folder = resume_folder(self.config)
+            folder = resume_folder(self.run.verl)
             if folder is not None:
                 self._load_prime_state(prime_state_file(folder))
                 path = prm_checkpoint_dir(folder)
                 logger.info("PRIME: restoring the PRM from %s", path)
-                self.prm.load(path, del_local_after_load=self.config.trainer.del_local_ckpt_after_load)
+                self.prm.load(path, del_local_after_load=self.run.verl.trainer.del_local_ckpt_after_load)
 
     def _save_prime_state(self, path: str) -> None:
         """What the next step reads besides the weights: the process gate's running mean."""
@@ -266,7 +260,7 @@ class PrimeTrainerMixin:
         """The PRM and the gate's state into `global_step_N`, then veRL's own save, which publishes the step in its
         tracker last; nothing is removed before that, and then the step folders beyond `max_actor_ckpt_to_keep`
         (`checkpoint_files`). Out of disk: `CheckpointSpaceError`, the previous checkpoint still published."""
-        trainer = self.config.trainer
+        trainer = self.run.verl.trainer
         step_dir = f"global_step_{self.global_steps}"
         local = prm_checkpoint_dir(os.path.join(trainer.default_local_dir, step_dir))
         remote = (
@@ -288,7 +282,7 @@ class PrimeTrainerMixin:
             if no_space_left(exc):
                 raise space_error(trainer.default_local_dir, self.global_steps, exc) from exc
             raise
-        if self.config.actor_rollout_ref.actor.get("checkpoint", {}).get("async_save", False):
+        if self.run.verl.actor.async_save:
             return  # veRL publishes an async save later: nothing is removed before it does
         for folder in remove_old_checkpoints(trainer.default_local_dir, keep, self.global_steps):
             logger.info(
@@ -338,7 +332,7 @@ class PrimeTrainerMixin:
         self.watchdog.enter(
             "sampling",
             "rollouts from the vLLM replicas and their rewards from the reward-loop workers "
-            f"({reward_function_name(self.config)}; a reward call past prime.reward_timeout_s counts as failed)",
+            f"({reward_function_name(self.run.verl)}; a reward call past prime.reward_timeout_s counts as failed)",
         )
         super().on_sample_begin()
 
@@ -379,7 +373,7 @@ class PrimeTrainerMixin:
         the policy itself (then they would equal it): for the `prm/policy_dpo_acc_mixed` diagnostic."""
         if self.prm_reference in (REF_POLICY_OLD, REF_POLICY_T1) or "old_log_probs" not in data.batch.keys():
             return None
-        if float(self.config.actor_rollout_ref.rollout.temperature) != PRM_TEMPERATURE:
+        if self.run.verl.rollout.temperature != PRM_TEMPERATURE:
             return None
         return data.batch["old_log_probs"].float()
 
@@ -405,12 +399,11 @@ class PrimeTrainerMixin:
         )
         is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         extra_fields = list(info["extra_fields"])
-        expected_prompts = self.config.data.train_batch_size // self.parameter_sync_step
-        account = account_rollouts(
-            batch.keys, is_padding, extra_fields, self.config.actor_rollout_ref.rollout.n, expected_prompts
-        )
+        verl = self.run.verl
+        expected_prompts = verl.data.train_batch_size // self.parameter_sync_step
+        account = account_rollouts(batch.keys, is_padding, extra_fields, verl.rollout.n, expected_prompts)
         metrics.update(account.metrics())
-        account.check(self.prime.max_failed_rollout_ratio, self.global_steps, reward_function_name(self.config))
+        account.check(self.run.prime.max_failed_rollout_ratio, self.global_steps, reward_function_name(verl))
         refuse_multi_output_sessions(batch.keys, is_padding)
         # a row whose reward failed, or whose outcome the reward could not decide (reward_info.label_unknown),
         # has no label: the PRM skips it (weight 0, no prm/* metric), as a padding row
@@ -420,7 +413,7 @@ class PrimeTrainerMixin:
         )
         lengths = info["response_mask"].offsets().diff().tolist()
         return StepRows(
-            labels=labels_from_extra_fields(extra_fields, unlabelled, self.prime.prm.label_key),
+            labels=labels_from_extra_fields(extra_fields, unlabelled, self.run.prime.prm.label_key),
             labelled=labelled_rows(lengths, unlabelled),
             lengths=lengths,
             reward_infos=[reward_extra_info(fields) for fields in extra_fields],
@@ -432,6 +425,7 @@ class PrimeTrainerMixin:
         metrics. A NaN/inf update loss or grad norm, or process reward on a response token, stops the run
         (`step_guards`). Returns veRL's step data (padded) and the process rewards (B, T)."""
         timing = getattr(self, "timing_raw", {})
+        prime = self.run.prime
         # 1. the PRM's log-probs before this step's update: from the update's own first forward where that is
         # exact (prm_worker.update_forward_is_pre_update), else from a forward of their own, made here. It comes
         # before the reference on purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first
@@ -441,9 +435,9 @@ class PrimeTrainerMixin:
         first_lora_forward = self.prm.is_lora and not self.prm_adapter_forwarded
         capture = self._pre_update_from_update(len(batch)) and not first_lora_forward
         self.prm_adapter_forwarded = True
-        metrics["prm/pre_update_from_update"] = float(capture and not self.prime.diagnostics)
+        metrics["prm/pre_update_from_update"] = float(capture and not prime.diagnostics)
         prm_lp = None
-        if not capture or self.prime.diagnostics:
+        if not capture or prime.diagnostics:
             with marked_timer("prm_forward", timing):
                 prm_lp = self.prm.log_probs(batch)
 
@@ -451,7 +445,7 @@ class PrimeTrainerMixin:
         with marked_timer("prm_ref", timing):
             ref_lp = self._prm_reference_log_probs(batch)
         labelled = step.labelled[:, None]
-        weights = balanced_label_weights(step.labels, labelled) if self.prime.prm.balance_labels else step.labelled
+        weights = balanced_label_weights(step.labels, labelled) if prime.prm.balance_labels else step.labelled
         prm_fields = {
             PRM_REF_FIELD: ref_lp,
             PRM_LABEL_FIELD: nested_rows(step.labels, step.lengths),
@@ -465,7 +459,7 @@ class PrimeTrainerMixin:
         )
 
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
-        if self.process_rewards_fn is not None:
+        if self.run.process_rewards_fn is not None:
             fields.append("responses")
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         step.response_mask_nested = data["response_mask"]
@@ -479,7 +473,7 @@ class PrimeTrainerMixin:
         # `before` recomputes the rewards with the updated PRM
         prm_before = None if prm_lp is None else pad_nested(prm_lp, width).float()
         prm_used, update_metrics = None, {}
-        if self.prime.prm.update != "none":
+        if prime.prm.update != "none":
             with marked_timer("prm_update", timing):
                 update_metrics, captured = self.prm.update(batch, capture=capture)
             check_prm_update(update_metrics, self.global_steps)
@@ -490,7 +484,7 @@ class PrimeTrainerMixin:
                 else:  # `prime.diagnostics`: the separate forward's are used
                     gap = ((from_update - prm_before).abs() * mask).max()
                     metrics["prm/pre_update_log_prob_max_abs_diff"] = gap.item()
-            if self.prime.prm.update == "before":
+            if prime.prm.update == "before":
                 with marked_timer("prm_forward_updated", timing):
                     prm_used = pad_nested(self.prm.log_probs(batch), width).float()
         if prm_used is None:
@@ -499,27 +493,27 @@ class PrimeTrainerMixin:
         # 4. token process rewards and the PRM metrics
         uid = data.non_tensor_batch["uid"]
         process_rewards, prm_metrics = prm_rewards_and_metrics(
-            prm_before, prm_used, ref_pad, mask, step.labels, uid, self.prime.prm.beta, update_metrics, step.labelled
+            prm_before, prm_used, ref_pad, mask, step.labels, uid, prime.prm.beta, update_metrics, step.labelled
         )
         check_finite(
-            "prime.prm",
+            PrmConfig.KEY,
             "token process rewards β·(log π_φ − log π_ref)",
             process_rewards,
             mask,
             self.global_steps,
             "Look for NaN/inf in the PRM's log-probs or in its reference's (prime.prm.reference).",
         )
-        if self.process_rewards_fn is not None:
+        if self.run.process_rewards_fn is not None:
             process_rewards = self._replaced_process_rewards(data, step, process_rewards, mask)
         prm_metrics.update(
             process_spread_metrics(
-                process_rewards, mask, uid, self.prime_advantage, str(self.config.algorithm.adv_estimator)
+                process_rewards, mask, uid, self.run.advantage, str(self.run.verl.algorithm.adv_estimator)
             )
         )
-        if self.prime.diagnostics:
+        if prime.diagnostics:
             policy = self._policy_log_probs_t1(data)
             prm_metrics.update(
-                prm_diagnostics(prm_used, ref_pad, mask, step.labels, uid, self.prime.prm.beta, step.labelled, policy)
+                prm_diagnostics(prm_used, ref_pad, mask, step.labels, uid, prime.prm.beta, step.labelled, policy)
             )
         metrics.update(prm_metrics)
         return data, process_rewards
@@ -528,7 +522,7 @@ class PrimeTrainerMixin:
         """`prime.process_rewards_fn`'s token rewards in place of the PRM's (its contract: `ProcessRewardsFn`),
         masked, and checked for shape and finiteness before any advantage reads them."""
         key = ProcessRewardsFn.KEY
-        replaced = self.process_rewards_fn(
+        replaced = self.run.process_rewards_fn(
             process_rewards=process_rewards.clone(),
             response_mask=mask,
             responses=data.batch["responses"],
@@ -538,7 +532,7 @@ class PrimeTrainerMixin:
         if not isinstance(replaced, torch.Tensor) or replaced.shape != process_rewards.shape:
             got = tuple(replaced.shape) if isinstance(replaced, torch.Tensor) else type(replaced).__name__
             raise PrimeConfigError(
-                f"{key}: {self.prime.process_rewards_fn.name} returned {got}; expected a tensor of shape "
+                f"{key}: {self.run.prime.process_rewards_fn.name} returned {got}; expected a tensor of shape "
                 f"{tuple(process_rewards.shape)} (one reward per response token)."
             )
         check_finite(key, "replaced token process rewards", replaced, mask, self.global_steps, "Fix the function.")
@@ -551,27 +545,26 @@ class PrimeTrainerMixin:
         `_compute_advantage` writes (trainer_base.py); advantages or returns that are NaN/inf on a
         response token stop the run before the write-back (`step_guards.check_finite`)."""
         data.batch["token_level_scores"] = data.batch["rm_scores"]
-        if self.config.algorithm.use_kl_in_reward:
-            data, kl_metrics = apply_kl_penalty(
-                data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
-            )
+        algorithm = self.run.verl.algorithm
+        if algorithm.use_kl_in_reward:
+            data, kl_metrics = apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
             metrics.update(kl_metrics)
         else:
             data.batch["token_level_rewards"] = data.batch["token_level_scores"]
-        rollout_corr_config = self.config.algorithm.get("rollout_correction", None)
-        bypass = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)
-        rollout_correction = rollout_corr_config is not None and "rollout_log_probs" in data.batch and not bypass
+        rollout_correction = (
+            algorithm.rollout_correction is not None and "rollout_log_probs" in data.batch and not algorithm.bypass_mode
+        )
         if rollout_correction:
-            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
+            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, algorithm.rollout_correction)
             metrics.update(is_metrics)
 
         # the gate reads a running mean: one step holds only a few mixed groups, too few pairs to trust alone
         self.prm_pairwise_ema = ema(self.prm_pairwise_ema, metrics["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
-        gate = process_gate_weight(self.prm_pairwise_ema, self.prime_advantage.process_gate)
+        gate = process_gate_weight(self.prm_pairwise_ema, self.run.advantage.process_gate)
         metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
         metrics["prm/process_gate"] = gate
         advantage_inputs = (
-            self.config.algorithm,
+            algorithm,
             data.batch["token_level_rewards"],
             data.batch["response_mask"],
             data.non_tensor_batch["uid"],
@@ -582,8 +575,8 @@ class PrimeTrainerMixin:
         metrics.update(advantage_part_metrics(data.batch["returns"], outcome_returns, data.batch["response_mask"]))
         for field in ("advantages", "returns"):
             check_finite(
-                "algorithm.adv_estimator",
-                f"{field} of {self.config.algorithm.adv_estimator}",
+                key_of(algorithm, "adv_estimator"),
+                f"{field} of {algorithm.adv_estimator}",
                 data.batch[field],
                 data.batch["response_mask"],
                 self.global_steps,
@@ -593,7 +586,7 @@ class PrimeTrainerMixin:
             )
 
         out_fields = ["advantages", "returns"]
-        if self.config.algorithm.use_kl_in_reward:
+        if algorithm.use_kl_in_reward:
             out_fields.append("token_level_rewards")
         if rollout_correction:
             out_fields.append("response_mask")
@@ -711,14 +704,17 @@ def advantage_part_metrics(returns, outcome_returns, response_mask) -> dict[str,
     }
 
 
-def prime_advantages(algorithm_cfg, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0):
-    """The estimator named by `algorithm.adv_estimator`, called with the process rewards and the gate's weight."""
-    estimator = get_adv_estimator_fn(algorithm_cfg.adv_estimator)
+def prime_advantages(
+    algorithm: AlgorithmView, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0
+):
+    """The estimator named by `algorithm.adv_estimator`, called with the process rewards and the gate's weight (and,
+    as veRL calls an estimator, with the `algorithm` section as its config)."""
+    estimator = get_adv_estimator_fn(algorithm.adv_estimator)
     return estimator(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
         index=uid,
-        config=algorithm_cfg,
+        config=algorithm.node,
         process_rewards=process_rewards.to(token_level_rewards.dtype),
         process_scale=process_scale,
     )

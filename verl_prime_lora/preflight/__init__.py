@@ -13,7 +13,7 @@ What sits where (veRL 0.9.1 V1 trainer, FSDP engine; every worker group is its o
 
 * trainer pool (`trainer.n_gpus_per_node × trainer.nnodes` GPUs, FSDP shards over all of them, or
   `fsdp_size`): the actor; the PRM (`prime.prm`, veRL's `TrainingWorker`); a frozen PRM reference only
-  when `verl_prime_lora.algo.run_config.reference_source` picks one (a full-parameter PRM that does not start
+  when `verl_prime_lora.config.run.reference_source` picks one (a full-parameter PRM that does not start
   from a LoRA actor's base; the seed borrows the LoRA actor with its adapter off, so it has none); veRL's
   actor reference only with a KL term and a non-LoRA actor.
 * rollout: the split trainers (`separate_async`) have a standalone pool
@@ -26,8 +26,8 @@ Modules (the estimator is pure functions on bytes; each module's docstring state
   counts; bytes of activations, logits, the FSDP compute copy and the KV cache, and the constant terms; one
   worker process (`EngineSpec` → `WorkerEstimate`: resident states, phases, CPU RAM); vLLM's share of a
   rollout GPU (`RolloutSpec` → `VllmEstimate`).
-* `layout`: the config composed and checked as `main_ppo` does, its values read with their defaults, and
-  `Layout`, everything the estimate needs (`prime.*` via `prime_config`).
+* `layout`: the config composed and checked as `main_ppo` does, its values read from its view
+  (`verl_prime_lora.config`), and `Layout`, everything the estimate needs.
 * `report`: per-GPU totals, peaks and verdicts (`estimate` → `Report`), as text and as JSON.
 * `knobs`: config changes that make it fit, alone or greedily combined.
 * `cli` (and `__main__`): the command line.

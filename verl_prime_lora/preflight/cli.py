@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     chatter = io.StringIO()  # veRL's "[validate_config] ... passed" and vLLM's import logs
     try:
         with contextlib.redirect_stdout(chatter):
-            check_config(cfg)
-        layout = layout_from_config(cfg)
+            run = check_config(cfg)
+        layout = layout_from_config(cfg, run)
     except Exception as err:  # noqa: BLE001 - veRL's checks raise AssertionError/ValueError/InstantiationException
         print(chatter.getvalue(), end="", file=sys.stderr)
         print(f"config error: {type(err).__name__}: {err}{hint_for(str(err))}", file=sys.stderr)

@@ -5,85 +5,86 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.preflight.layout import Layout, layout_from_config, select
+from verl_prime_lora.config.verl_view import key_of
+from verl_prime_lora.preflight.layout import Layout, layout_from_config
 from verl_prime_lora.preflight.memory import PreflightConfigError
 from verl_prime_lora.preflight.report import Report, estimate
 
 
-def candidate_knobs(cfg: Any, layout: Layout, util_grid: bool = True) -> list[tuple[str, list[tuple[str, Any]]]]:
-    """Single config changes that lower memory, as (note, [(key, value), ...]) applicable to this config.
+def candidate_knobs(layout: Layout, util_grid: bool = True) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Single config changes that lower memory, as (note, [(key, value), ...]) applicable to the layout's config.
 
     `util_grid`: vLLM's `gpu_memory_utilization` lowered in steps of 0.05 down to 0.1 (else one step)."""
     out: list[tuple[str, list[tuple[str, Any]]]] = []
     prm = next(s for _, s in layout.workers if s.name.startswith("PRM ("))
     actor = layout.workers[0][1]
-    prm_config = prime_config(cfg).prm
+    view, prm_config = layout.view, layout.prm
 
-    def halve(key: str, note: str, value: Any = None):
-        """`key` halved (down to 1); `value`: its value when not read from the config (typed `prime.*`)."""
-        value = select(cfg, key) if value is None else value
+    def halve(section: Any, name: str, note: str):
+        """Field `name` of a view section or of the typed `prime.prm`, halved (down to 1)."""
+        value = getattr(section, name)
         if value and int(value) > 1:
-            out.append((note, [(key, max(1, int(value) // 2))]))
+            out.append((note, [(key_of(section, name), max(1, int(value) // 2))]))
+
+    def enable(section: Any, *names: str) -> list[tuple[str, Any]]:
+        return [(key_of(section, name), True) for name in names]
 
     if prm.trainable and not (prm.param_offload and prm.optimizer_offload):
         out.append(
             (
                 "offload the PRM's weights and Adam to CPU between its phases (slower steps)",
-                [("prime.prm.engine.param_offload", True), ("prime.prm.engine.optimizer_offload", True)],
+                enable(view.prm.engine, "param_offload", "optimizer_offload"),
             )
         )
     if prm.lora_rank == 0:
         out.append(
             (
                 "a LoRA PRM (its reference is the adapter off: no copy); raise prime.prm.optim.lr, e.g. 1e-5",
-                [("prime.prm.model.lora_rank", actor.lora_rank or 32)],
+                [(key_of(view.prm.model, "lora_rank"), actor.lora_rank or 32)],
             )
         )
     if prm.trainable:
         if prm_config.use_dynamic_bsz:
-            halve("prime.prm.max_token_len_per_gpu", "a smaller PRM token budget", prm_config.max_token_len_per_gpu)
+            halve(prm_config, "max_token_len_per_gpu", "a smaller PRM token budget")
         else:
-            halve(
-                "prime.prm.micro_batch_size_per_gpu", "a smaller PRM micro-batch", prm_config.micro_batch_size_per_gpu
-            )
-    halve(
-        "prime.prm.infer_micro_batch_size_per_gpu",
-        "a smaller PRM log-prob micro-batch",
-        prm_config.infer_micro_batch_size_per_gpu,
-    )
-    if select(cfg, "actor_rollout_ref.actor.use_dynamic_bsz", False):
-        halve("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "a smaller actor token budget")
+            halve(prm_config, "micro_batch_size_per_gpu", "a smaller PRM micro-batch")
+    halve(prm_config, "infer_micro_batch_size_per_gpu", "a smaller PRM log-prob micro-batch")
+    if view.actor.use_dynamic_bsz:
+        halve(view.actor, "ppo_max_token_len_per_gpu", "a smaller actor token budget")
     else:
-        halve("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "a smaller actor micro-batch")
-        halve("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "a smaller actor log-prob micro-batch")
+        halve(view.actor, "ppo_micro_batch_size_per_gpu", "a smaller actor micro-batch")
+        halve(view.rollout, "log_prob_micro_batch_size_per_gpu", "a smaller actor log-prob micro-batch")
     if not actor.checkpointing:
-        out.append(("gradient checkpointing", [("actor_rollout_ref.model.enable_gradient_checkpointing", True)]))
+        out.append(("gradient checkpointing", enable(view.model, "enable_gradient_checkpointing")))
     if prm.trainable and not prm.checkpointing:
-        out.append(("gradient checkpointing for the PRM", [("prime.prm.model.enable_gradient_checkpointing", True)]))
+        out.append(("gradient checkpointing for the PRM", enable(view.prm.model, "enable_gradient_checkpointing")))
     if not (actor.param_offload and actor.optimizer_offload):
         out.append(
             (
                 "offload the actor's weights and optimizer (the recipe's PRM follows these keys unless set itself)",
-                [
-                    ("actor_rollout_ref.actor.fsdp_config.param_offload", True),
-                    ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", True),
-                ],
+                enable(view.actor.engine, "param_offload", "optimizer_offload"),
             )
         )
     if actor.lora_rank > 0 and actor.param_bytes > actor.compute_bytes:
         out.append(
             (
                 "the LoRA actor's frozen base in bf16 (veRL casts the adapter to it: it then trains in bf16 too)",
-                [("actor_rollout_ref.actor.fsdp_config.model_dtype", "bf16")],
+                [(key_of(view.actor.engine, "model_dtype"), "bf16")],
             )
         )
     per_node = layout.trainer_gpus_per_node
     if per_node < 8:
-        out.append(("more GPUs: FSDP shards the states over them", [("trainer.n_gpus_per_node", per_node * 2)]))
+        out.append(
+            ("more GPUs: FSDP shards the states over them", [(key_of(view.trainer, "n_gpus_per_node"), per_node * 2)])
+        )
     else:
-        out.append(("more nodes: FSDP shards the states over them", [("trainer.nnodes", layout.trainer_nodes * 2)]))
-    util_key = "actor_rollout_ref.rollout.gpu_memory_utilization"
+        out.append(
+            (
+                "more nodes: FSDP shards the states over them",
+                [(key_of(view.trainer, "nnodes"), layout.trainer_nodes * 2)],
+            )
+        )
+    util_key = key_of(view.rollout, "gpu_memory_utilization")
     util = layout.rollout.gpu_memory_utilization
     for step in range(1, 19 if util_grid else 2):
         lower = round(util - 0.05 * step, 2)
@@ -99,8 +100,8 @@ def candidate_knobs(cfg: Any, layout: Layout, util_grid: bool = True) -> list[tu
             (
                 "vLLM over more GPUs (tensor parallel)",
                 [
-                    ("actor_rollout_ref.rollout.tensor_model_parallel_size", 2 * tp),
-                    ("actor_rollout_ref.rollout.n_gpus_per_node", gpus),
+                    (key_of(view.rollout, "tensor_model_parallel_size"), 2 * tp),
+                    (key_of(view.rollout, "n_gpus_per_node"), gpus),
                 ],
             )
         )
@@ -134,7 +135,7 @@ def find_knobs(cfg: Any, report: Report, gpu_bytes: int, max_rounds: int = 12) -
 
     singles = []
     seen_util = False
-    for note, changes in candidate_knobs(cfg, report.layout):
+    for note, changes in candidate_knobs(report.layout):
         result = run(apply_knob(cfg, changes))
         if result is None:
             continue
@@ -154,7 +155,7 @@ def find_knobs(cfg: Any, report: Report, gpu_bytes: int, max_rounds: int = 12) -
     current, current_report = cfg, report
     for _ in range(max_rounds):
         best = None
-        for note, changes in candidate_knobs(current, current_report.layout, util_grid=False):
+        for note, changes in candidate_knobs(current_report.layout, util_grid=False):
             result = run(apply_knob(current, changes))
             if result is not None and (best is None or result.worst_overshoot < best[2].worst_overshoot):
                 best = (note, changes, result)

@@ -174,7 +174,7 @@ def placement_lines(layout: Layout) -> list[str]:
             f"rollout ({layout.trainer_mode}): vLLM colocated on the trainer pool's GPUs, TP {tp} x PP {pp} -> "
             f"{replicas} replica(s); the run needs {layout.trainer_gpus} GPU(s)"
         )
-    lines.append(f"PRM reference: {layout.prm_reference} (verl_prime_lora.algo.run_config.reference_source)")
+    lines.append(f"PRM reference: {layout.prm_reference} (verl_prime_lora.config.run.reference_source)")
     return lines
 
 

@@ -3,7 +3,7 @@
     python -m verl_prime_lora.tools.config_reference                 # print the table
     python -m verl_prime_lora.tools.config_reference --write docs/configuration.md   # replace its copy
 
-The table is generated from the typed dataclasses of `verl_prime_lora.algo.prime_config`, which hold every
+The table is generated from the typed dataclasses of `verl_prime_lora.config.prime`, which hold every
 PRIME setting's default and checks: `PrimeConfig` (`prime.*`), `PrmConfig` (`prime.prm.*`, expanded in
 place of the `prime.prm` field) and `AdvantageConfig` (`algorithm.prime.*`). A row per dataclass field:
 its full key, its default and its meaning, the field's entry in its class's `Args:` docstring section.
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.algo.prime_config import PRM_VERL_SECTIONS, AdvantageConfig, PrimeConfig, PrmConfig
+from verl_prime_lora.config.prime import PRM_VERL_SECTIONS, AdvantageConfig, PrimeConfig, PrmConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
@@ -130,7 +130,7 @@ def rows(cls: type = PrimeConfig) -> list[tuple[str, str, str]]:
 def render() -> str:
     """The configuration reference: one markdown table, one row per key."""
     lines = [
-        f"<!-- generated from verl_prime_lora/algo/prime_config.py by `{REGENERATE}` -->",
+        f"<!-- generated from verl_prime_lora/config/prime.py by `{REGENERATE}` -->",
         "| key | default | meaning |",
         "|---|---|---|",
     ]
@@ -159,7 +159,7 @@ def replace_between_markers(text: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_prime_lora.tools.config_reference",
-        description="Print the PRIME configuration reference (markdown) generated from prime_config.py.",
+        description="Print the PRIME configuration reference (markdown) generated from config/prime.py.",
     )
     parser.add_argument("--write", type=Path, default=None, help="replace the block between the markers in FILE")
     args = parser.parse_args(argv)

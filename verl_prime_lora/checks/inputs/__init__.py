@@ -4,8 +4,9 @@
 and names the path or row) for inputs that veRL 0.9.1 would otherwise reject only minutes later inside a
 Ray actor, or on which it hangs. It runs for every PRIME `main_ppo` run with this plugin, from the driver-side
 wrapper of veRL's `validate_config` (`integration.patches.install_driver_validation`), in two parts: `check_devices`
-before the config checks of `config_checks.validate_prime_config` (whose micro-batch arithmetic assumes the
-devices are there, so a missing device is blamed as such), `check_files_and_code` (2-6) after them. In order,
+(on the config's `VerlView`) before the config checks of `config_checks.validate_prime_config` (whose micro-batch
+arithmetic assumes the devices are there, so a missing device is blamed as such), `check_files_and_code` (2-6)
+after them, on the `RunConfig` they return. In order,
 one module each:
 
 1. `devices`: the devices and CPUs the layout asks Ray for (config only);
@@ -25,7 +26,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl_prime_lora.algo.run_config import is_prime_trainer
 from verl_prime_lora.checks.config_checks import check_prm_tokenizer
 from verl_prime_lora.checks.inputs.agent_loops import check_agent_loops
 from verl_prime_lora.checks.inputs.data_files import check_data_files
@@ -34,26 +34,32 @@ from verl_prime_lora.checks.inputs.errors import InputCheckError
 from verl_prime_lora.checks.inputs.model_folders import check_model_paths
 from verl_prime_lora.checks.inputs.resume_checkpoint import check_resume_checkpoint
 from verl_prime_lora.checks.inputs.reward_dry_run import dry_run_reward
+from verl_prime_lora.config import RunConfig, run_config
+from verl_prime_lora.config.run import is_prime_trainer
+from verl_prime_lora.config.verl_view import verl_view
 
 __all__ = ["InputCheckError", "check_devices", "check_files_and_code", "check_inputs"]
 
 
 def check_inputs(config: Any) -> None:
-    """Run every check (see the module docstring); raise `InputCheckError` on the first failure."""
-    check_devices(config)
-    check_files_and_code(config)
+    """Run every check (see the module docstring) on a composed config; raise `InputCheckError` on the first
+    failure."""
+    view = verl_view(config)
+    check_devices(view)
+    check_files_and_code(run_config(config, view))
 
 
-def check_files_and_code(config: Any) -> None:
+def check_files_and_code(run: RunConfig) -> None:
     """Checks 2-6: model folders, data files, reward dry run, agent loops, the resumed checkpoint."""
-    if not isinstance(config, DictConfig):
+    view = run.verl
+    if not isinstance(view.node, DictConfig):
         return
-    check_model_paths(config)
-    if is_prime_trainer(config):
-        check_prm_tokenizer(config)
-    first_row = check_data_files(config)
+    check_model_paths(view)
+    if is_prime_trainer(view):
+        check_prm_tokenizer(view)
+    first_row = check_data_files(view)
     if first_row is not None:
-        dry_run_reward(config, *first_row)
-    if is_prime_trainer(config):
-        check_agent_loops(config)
-    check_resume_checkpoint(config)
+        dry_run_reward(run, *first_row)
+    if is_prime_trainer(view):
+        check_agent_loops(view)
+    check_resume_checkpoint(view)

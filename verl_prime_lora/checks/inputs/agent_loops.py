@@ -20,12 +20,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_prime_lora.algo.run_config import (
-    get,
-)
 from verl_prime_lora.checks.inputs.data_files import data_entries
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.checks.inputs.model_folders import local_path
+from verl_prime_lora.config.verl_view import VerlView, key_of
 
 
 def _admits_list(hint: Any) -> bool:
@@ -49,13 +47,13 @@ def _run_returns_list(cls: type) -> bool:
     return hint is not None and _admits_list(hint)
 
 
-def _agent_names_in_data(config: Any) -> list[tuple[str, str]]:
+def _agent_names_in_data(view: VerlView) -> list[tuple[str, str]]:
     """(name, where) for each distinct `agent_name` in the parquet data files (that one column is read)."""
     import pyarrow.parquet as pq
 
     found = []
-    for key in ("data.train_files", "data.val_files"):
-        for entry_key, value in data_entries(config, key):
+    for name in ("train_files", "val_files"):
+        for entry_key, value in data_entries(view.data, name):
             path = local_path(value)
             if path is None or path.suffix != ".parquet" or not path.is_file():
                 continue
@@ -66,10 +64,10 @@ def _agent_names_in_data(config: Any) -> list[tuple[str, str]]:
     return found
 
 
-def check_agent_loops(config: Any) -> None:
+def check_agent_loops(view: VerlView) -> None:
     """Refuse, for a PRIME trainer, an agent loop that returns several outputs per session (see module doc)."""
-    key = "actor_rollout_ref.rollout.agent"
-    config_path = get(config, f"{key}.agent_loop_config_path")
+    config_key = key_of(view.rollout, "agent_loop_config_path")
+    config_path = view.rollout.agent_loop_config_path
     if not config_path:
         return  # only veRL's own loops (one output each) or ones registered by an import elsewhere
     from hydra.utils import get_class
@@ -80,12 +78,12 @@ def check_agent_loops(config: Any) -> None:
         targets = {str(entry["name"]): str(entry["_target_"]) for entry in entries}
     except Exception as exc:  # noqa: BLE001 - missing file, not a list of {name, _target_}
         fail(
-            f"{key}.agent_loop_config_path",
+            config_key,
             f"{config_path} is not a readable list of agent loops ({{name, _target_}}): {type(exc).__name__}: {exc}",
         )
-    used = [(str(get(config, f"{key}.default_agent_loop", "single_turn_agent")), f"{key}.default_agent_loop")]
-    used += _agent_names_in_data(config)
-    used += [(name, f"{key}.agent_loop_config_path ({config_path})") for name in targets]
+    used = [(view.rollout.default_agent_loop, key_of(view.rollout, "default_agent_loop"))]
+    used += _agent_names_in_data(view)
+    used += [(name, f"{config_key} ({config_path})") for name in targets]
     first_use: dict[str, str] = {}
     for name, where in used:
         first_use.setdefault(name, where)
@@ -96,14 +94,14 @@ def check_agent_loops(config: Any) -> None:
             cls = get_class(targets[name])
         except Exception as exc:  # noqa: BLE001 - the import error, named
             fail(
-                f"{key}.agent_loop_config_path",
+                config_key,
                 f"agent loop {name!r}: cannot import {targets[name]}: {type(exc).__name__}: {exc}",
             )
         if _run_returns_list(cls):
             fail(
-                f"{key}.agent_loop_config_path",
+                config_key,
                 f"agent loop {name!r} ({targets[name]}, used by {where}) returns a list of outputs per session "
-                f"(its run() is annotated so), and trainer.v1.trainer_mode={get(config, 'trainer.v1.trainer_mode')} "
+                f"(its run() is annotated so), and trainer.v1.trainer_mode={view.trainer.mode} "
                 "takes one output per session: PRIME's PRM and estimators would score each turn as a response of "
                 "its own in the prompt's group, where veRL's GRPO scores each session by its last output. Return "
                 "the whole session as one output (multi-turn with a response mask is fine), or use veRL's own "

@@ -18,27 +18,25 @@ from typing import Any, NoReturn
 
 from omegaconf import ListConfig
 
-from verl_prime_lora.algo.run_config import (
-    get,
-)
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.checks.inputs.model_folders import local_path
+from verl_prime_lora.config.verl_view import DataView, VerlView, key_of
 
 DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_and_tokenize accepts
 FIRST_ROWS = 4
 
 
-def rule_reward(config: Any) -> bool:
+def rule_reward(view: VerlView) -> bool:
     """Whether veRL's reward manager scores each sample from `data_source` and `reward_model.ground_truth`
     (reward_loop.py RewardLoopWorker.compute_score: a custom function, or no reward model)."""
-    if get(config, "reward.reward_manager.source", "register") != "register":
+    if view.reward.manager_source != "register":
         return False
-    custom_fn = bool(get(config, "reward.custom_reward_function.path"))
-    return custom_fn or not get(config, "reward.reward_model.enable", False)
+    return bool(view.reward.custom_fn_path) or not view.reward.model_enable
 
 
-def data_entries(config: Any, key: str) -> list[tuple[str, str]]:
-    value = get(config, key)
+def data_entries(data: DataView, name: str) -> list[tuple[str, str]]:
+    """(key, path) of each file of `data.<name>` (`train_files`, `val_files`: a path or a list of them)."""
+    value, key = getattr(data, name), key_of(data, name)
     if value is None:
         return []
     if isinstance(value, (list, tuple, ListConfig)):
@@ -110,16 +108,16 @@ def _has_ground_truth(column_type: Any, rows: list[dict]) -> bool:
     return all(isinstance(row.get("reward_model"), dict) and "ground_truth" in row["reward_model"] for row in rows)
 
 
-def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
+def check_data_files(view: VerlView) -> tuple[str, Path, dict] | None:
     """Check every train/val file; return (key, path, first row) of the first train file for the dry run."""
-    if get(config, "data.custom_cls.path") is not None:
+    if view.data.custom_cls_path is not None:
         return None
-    prompt_key = str(get(config, "data.prompt_key", "prompt"))
-    needs_reward = rule_reward(config)
+    prompt_key = view.data.prompt_key
+    needs_reward = rule_reward(view)
     wanted = [prompt_key] + (["data_source", "reward_model", "extra_info"] if needs_reward else [])
     first: tuple[str, Path, dict] | None = None
-    for key in ("data.train_files", "data.val_files"):
-        for entry_key, value in data_entries(config, key):
+    for name in ("train_files", "val_files"):
+        for entry_key, value in data_entries(view.data, name):
             path = local_path(value)
             if path is None and "://" in value:
                 continue  # hdfs:// and the like: veRL copies them in
@@ -134,13 +132,13 @@ def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
             found = ", ".join(sorted(types))
             if prompt_key not in types:
                 fail(
-                    "data.prompt_key",
+                    key_of(view.data, "prompt_key"),
                     f"is {prompt_key!r}, but {path} ({entry_key}) has no such column (columns: {found}).",
                 )
             sample = rows[0].get(prompt_key) if rows else None
             if not _is_list(types[prompt_key], sample):
                 fail(
-                    "data.prompt_key",
+                    key_of(view.data, "prompt_key"),
                     f"column {prompt_key!r} of {path} ({entry_key}) is {types[prompt_key]}, not a list of chat "
                     "messages ({role, content}), which veRL's RLHFDataset passes to the chat template.",
                 )
@@ -159,6 +157,6 @@ def check_data_files(config: Any) -> tuple[str, Path, dict] | None:
                         + "); veRL's reward manager reads row['reward_model']['ground_truth'] for every sample: "
                         "make reward_model a struct column {ground_truth: ...}.",
                     )
-            if key == "data.train_files" and first is None and rows:
+            if name == "train_files" and first is None and rows:
                 first = (entry_key, path, rows[0])
     return first

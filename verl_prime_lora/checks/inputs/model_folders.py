@@ -16,11 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.algo.run_config import (
-    get,
-    is_prime_trainer,
-)
 from verl_prime_lora.checks.inputs.errors import fail
+from verl_prime_lora.config.run import is_prime_trainer
+from verl_prime_lora.config.verl_view import VerlView, key_of
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 # What transformers' from_pretrained loads weights from (an index names the shards).
@@ -92,16 +90,16 @@ def _check_folder(key: str, value: Any, need_model: bool, need_tokenizer: bool) 
     fail(key, f"{value} holds no {', no '.join(missing)}: {'; '.join(advice)}.")
 
 
-def check_model_paths(config: Any) -> None:
-    prefixes = ["actor_rollout_ref.model"]
-    if is_prime_trainer(config) and get(config, "prime.prm") is not None:
-        prefixes.append("prime.prm.model")
+def check_model_paths(view: VerlView) -> None:
+    models = [view.model]
+    if is_prime_trainer(view) and view.prm.node is not None:
+        models.append(view.prm.model)
     seen: set[tuple[str, bool, bool]] = set()
-    for prefix in prefixes:
-        model, tokenizer = get(config, f"{prefix}.path"), get(config, f"{prefix}.tokenizer_path")
-        checks = [(f"{prefix}.path", model, True, tokenizer is None)]
+    for model in models:
+        tokenizer = model.tokenizer_path
+        checks = [(key_of(model, "path"), model.path, True, tokenizer is None)]
         if tokenizer is not None:
-            checks.append((f"{prefix}.tokenizer_path", tokenizer, False, True))
+            checks.append((key_of(model, "tokenizer_path"), tokenizer, False, True))
         for key, value, need_config, need_tokenizer in checks:
             if value is None or (str(value), need_config, need_tokenizer) in seen:
                 continue

@@ -28,18 +28,16 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.algo.run_config import (
+from verl_prime_lora.checkpoint_folders import (
     CHECKPOINT_TRACKER,
-    get,
-    is_prime_trainer,
     prime_state_file,
     prm_checkpoint_dir,
-    resume_folder,
     step_folders,
     tracker_text,
-    training_ranks,
 )
 from verl_prime_lora.checks.inputs.errors import fail
+from verl_prime_lora.config.run import is_prime_trainer, resume_folder, resume_from, training_ranks
+from verl_prime_lora.config.verl_view import VerlView, key_of
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +46,6 @@ _SHARD = re.compile(r"model_world_size_(\d+)_rank_0\.pt")
 # veRL's FSDPCheckpointManager.load_checkpoint: the file each `checkpoint.load_contents` entry reads, per rank.
 FSDP_FILES = {"model": "model", "optimizer": "optim", "extra": "extra_state"}
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
-# Each part of a checkpoint that the trainer reloads: its config section (with `checkpoint.load_contents`) and
-# the key of its engine's strategy.
-CHECKPOINT_PARTS = {
-    "actor": ("actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy"),
-    "PRM": ("prime.prm", "prime.prm.engine.strategy"),
-}
 ZIP_LOCAL_HEADER_BYTES = 30  # a zip record's fixed local header, before its name, extra field and data
 ZIP_LOCAL_HEADER_MAGIC = b"PK\x03\x04"
 MAX_FILES_NAMED = 8
@@ -113,19 +105,25 @@ def _prime_state_problem(path: Path) -> str | None:
     return None
 
 
-def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]]) -> list[tuple[Path, str]]:
+def _reloaded(view: VerlView, name: str) -> tuple[str, Any]:
+    """(its engine's strategy, its `checkpoint.load_contents`) of a part of a checkpoint that the trainer reloads:
+    the `actor` or the `PRM`."""
+    if name == "actor":
+        return view.actor.strategy, view.actor.load_contents
+    return view.prm.engine.strategy, view.prm.load_contents
+
+
+def _resume_file_problems(view: VerlView, folder: str, parts: list[tuple[str, Path]]) -> list[tuple[Path, str]]:
     """(path, problem) for each file of `folder` that the resume reads and cannot open (see module doc).
 
-    `parts`: (name in `CHECKPOINT_PARTS`, folder) of the checkpoints the trainer reloads on `training_ranks`
-    ranks."""
-    ranks = training_ranks(config)
+    `parts`: (`actor` or `PRM`, folder) of the checkpoints the trainer reloads on `training_ranks` ranks."""
+    ranks = training_ranks(view)
     files = []
     for name, shards in parts:
-        section, strategy = CHECKPOINT_PARTS[name]
-        if get(config, strategy, "fsdp") not in FSDP_STRATEGIES:
+        strategy, contents = _reloaded(view, name)
+        if strategy not in FSDP_STRATEGIES:
             continue  # another engine's checkpoint layout
-        contents = get(config, f"{section}.checkpoint.load_contents", list(FSDP_FILES))
-        for content in contents:
+        for content in list(FSDP_FILES) if contents is None else contents:
             if content in FSDP_FILES:
                 prefix = FSDP_FILES[content]
                 files += [shards / f"{prefix}_world_size_{ranks}_rank_{rank}.pt" for rank in range(ranks)]
@@ -134,19 +132,19 @@ def _resume_file_problems(config: Any, folder: str, parts: list[tuple[str, Path]
         files.append(data)
     problems = [(path, problem) for path in files if (problem := _torch_archive_problem(path)) is not None]
     state = Path(prime_state_file(folder))
-    if is_prime_trainer(config) and state.exists() and (problem := _prime_state_problem(state)) is not None:
+    if is_prime_trainer(view) and state.exists() and (problem := _prime_state_problem(state)) is not None:
         problems.append((state, problem))
     return problems
 
 
-def _checkpoint_problems(config: Any, folder: str, mode: str) -> list[str]:
+def _checkpoint_problems(view: VerlView, folder: str, mode: str) -> list[str]:
     """What keeps `folder` from resuming this run, each a phrase after "`folder` ...": its PRM state missing, or the
     files the resume reads that do not open. A checkpoint written by another rank count fails at once, naming both
     counts: no other checkpoint of the run would load either."""
-    ranks = training_ranks(config)
+    ranks = training_ranks(view)
     parts = [("actor", Path(folder) / "actor")]
     problems = []
-    if is_prime_trainer(config):
+    if is_prime_trainer(view):
         prm = Path(prm_checkpoint_dir(folder))
         if not prm.is_dir():
             problems.append(
@@ -157,14 +155,14 @@ def _checkpoint_problems(config: Any, folder: str, mode: str) -> list[str]:
         sizes = _shard_world_sizes(shards)
         if sizes and ranks not in sizes:
             fail(
-                "trainer.n_gpus_per_node",
+                key_of(view.trainer, "n_gpus_per_node"),
                 f"trainer.resume_mode={mode} resumes from {folder}, whose {name} was saved by "
                 f"{' or '.join(map(str, sizes))} ranks ({shards}/model_world_size_{sizes[0]}_rank_*.pt); this run has "
                 f"{ranks} (trainer.n_gpus_per_node x trainer.nnodes). veRL's FSDP checkpoints reload only on the "
                 f"ranks that wrote them: resume with trainer.n_gpus_per_node x trainer.nnodes = {sizes[0]}, or "
                 "start afresh from merged weights (python -m verl.model_merger; trainer.resume_mode=disable).",
             )
-    files = _resume_file_problems(config, folder, parts)
+    files = _resume_file_problems(view, folder, parts)
     if files:
         named = [f"{path} {problem}" for path, problem in files[:MAX_FILES_NAMED]]
         if len(files) > MAX_FILES_NAMED:
@@ -188,18 +186,14 @@ def _published_folder(local_dir: str, text: str) -> tuple[int | None, str | None
     return int(text), str(folder), None
 
 
-def _fall_back_to_a_complete_checkpoint(config: Any, local_dir: str, skipped: str, below: int | None) -> None:
+def _fall_back_to_a_complete_checkpoint(view: VerlView, local_dir: str, skipped: str, below: int | None) -> None:
     """`trainer.resume_mode=auto` whose latest checkpoint cannot resume: resume from the newest complete step
     folder before step `below` (any, when the tracker names none) instead (the config is set to `resume_path` of
     it), with one line naming what was skipped; nothing is deleted. Fails when no folder is complete."""
-    from omegaconf import open_dict
-
     for step, folder in reversed(step_folders(local_dir)):
-        if (below is not None and step >= below) or _checkpoint_problems(config, str(folder), "auto"):
+        if (below is not None and step >= below) or _checkpoint_problems(view, str(folder), "auto"):
             continue
-        with open_dict(config.trainer):
-            config.trainer.resume_mode = "resume_path"
-            config.trainer.resume_from_path = str(folder)
+        resume_from(view, str(folder))
         logger.warning(
             "trainer.resume_mode=auto: %s. Resuming from the newest complete checkpoint, %s, instead "
             "(trainer.resume_from_path); nothing was deleted.",
@@ -208,37 +202,37 @@ def _fall_back_to_a_complete_checkpoint(config: Any, local_dir: str, skipped: st
         )
         return
     fail(
-        "trainer.default_local_dir",
+        key_of(view.trainer, "default_local_dir"),
         f"trainer.resume_mode=auto: {skipped}, and no other step folder of {local_dir} is complete. Nothing was "
         "deleted. Resume from a checkpoint of your own (trainer.resume_mode=resume_path "
         "trainer.resume_from_path=.../global_step_N), or start afresh (trainer.resume_mode=disable).",
     )
 
 
-def check_resume_checkpoint(config: Any) -> None:
+def check_resume_checkpoint(view: VerlView) -> None:
     """Refuse a resume whose checkpoint cannot load on this run's ranks, lacks the PRM, or has a file the resume
     reads that does not open (see module doc). Under `trainer.resume_mode=auto`, a latest checkpoint that cannot
     resume (a torn tracker, a folder it names that is missing or incomplete) gives way to the newest complete one."""
-    mode = get(config, "trainer.resume_mode", "auto")
+    mode = view.trainer.resume_mode
     if mode == "auto":
-        local_dir = os.path.abspath(str(get(config, "trainer.default_local_dir", ".")))
+        local_dir = os.path.abspath(view.trainer.default_local_dir)
         text = tracker_text(local_dir)
         if text is None:
             return  # a fresh start (veRL's lookup would print that the tracker is missing)
         step, folder, why = _published_folder(local_dir, text)
         if folder is None:
-            _fall_back_to_a_complete_checkpoint(config, local_dir, why, below=None)
-        elif problems := _checkpoint_problems(config, folder, mode):
+            _fall_back_to_a_complete_checkpoint(view, local_dir, why, below=None)
+        elif problems := _checkpoint_problems(view, folder, mode):
             skipped = f"the latest checkpoint, {folder}, {problems[0]}"
-            _fall_back_to_a_complete_checkpoint(config, local_dir, skipped, below=step)
+            _fall_back_to_a_complete_checkpoint(view, local_dir, skipped, below=step)
         return
-    folder = resume_folder(config)
+    folder = resume_folder(view)
     if folder is None or not os.path.isdir(folder):
         return  # a fresh start, or a resume_path veRL itself refuses
-    problems = _checkpoint_problems(config, folder, mode)
+    problems = _checkpoint_problems(view, folder, mode)
     if problems:
         fail(
-            "trainer.resume_from_path",
+            key_of(view.trainer, "resume_from_path"),
             f"trainer.resume_mode={mode} resumes from {folder}, which {'; and '.join(problems)}. Nothing was "
             "deleted. Resume from another checkpoint (trainer.resume_from_path=.../global_step_N), or start afresh "
             "(trainer.resume_mode=disable).",

@@ -16,15 +16,11 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.algo.prime_config import prime_config
-from verl_prime_lora.algo.run_config import (
-    MAX_RATIO_KEY,
-    get,
-    is_prime_trainer,
-    reward_function_name,
-)
 from verl_prime_lora.checks.inputs.data_files import rule_reward
 from verl_prime_lora.checks.inputs.errors import fail
+from verl_prime_lora.config import RunConfig
+from verl_prime_lora.config.run import MAX_RATIO_KEY, is_prime_trainer, reward_function_name
+from verl_prime_lora.config.verl_view import VerlView, key_of
 from verl_prime_lora.rewards.reward_values import label_quantity, value_problem
 
 # veRL's default scorer runs the response as code for these sources: no dry run of code here.
@@ -32,44 +28,46 @@ CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 PROMPT_FILTER_SAMPLER = "verl_prime_lora.integration.prompt_filter"
 
 
-def _reward_function(config: Any, data_source: Any) -> tuple[Any, str, str] | None:
+def _reward_function(view: VerlView, data_source: Any) -> tuple[Any, str, str] | None:
     """(callable, its name, the config key that selects it) as veRL's reward loop would call it; None to skip."""
-    path = get(config, "reward.custom_reward_function.path")
-    key = "reward.custom_reward_function.path"
+    path = view.reward.custom_fn_path
+    key = key_of(view.reward, "custom_fn_path")
     if path:
-        name = get(config, "reward.custom_reward_function.name", "compute_score")
+        name = view.reward.custom_fn_name or "compute_score"
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
         try:
-            return get_custom_reward_fn(config), reward_function_name(config), key
+            return get_custom_reward_fn(view.node), reward_function_name(view), key
         except Exception as exc:  # noqa: BLE001 - missing file, import error, missing function
             fail(key, f"cannot load {name!r} from {path}: {type(exc).__name__}: {exc}")
-    if get(config, "reward.sandbox_fusion.url") or str(data_source) in CODE_DATA_SOURCES:
+    if view.reward.sandbox_url or str(data_source) in CODE_DATA_SOURCES:
         return None
     from verl.utils.reward_score import default_compute_score
 
-    return default_compute_score, reward_function_name(config), key
+    return default_compute_score, reward_function_name(view), key
 
 
-def _required_info_keys(config: Any) -> list[tuple[str, str, str]]:
+def _required_info_keys(run: RunConfig) -> list[tuple[str, str, str]]:
     """(config key, the reward_extra_info key it names, what the value is) for each key the run reads."""
     required = []
-    if is_prime_trainer(config):
-        label_key = prime_config(config).prm.label_key
-        required.append(("prime.prm.label_key", label_key, label_quantity(label_key)))
-    if PROMPT_FILTER_SAMPLER in str(get(config, "trainer.v1.sampler.custom_sampler.path", "")):
-        key = "trainer.v1.sampler.sampler_kwargs.accuracy_key"
-        accuracy_key = str(get(config, key, "acc"))
-        required.append((key, accuracy_key, f"prompt-filter accuracy {accuracy_key!r}"))
+    trainer = run.verl.trainer
+    if is_prime_trainer(run.verl):
+        label_key = run.prime.prm.label_key
+        required.append((key_of(run.prime.prm, "label_key"), label_key, label_quantity(label_key)))
+    if PROMPT_FILTER_SAMPLER in trainer.sampler_path:
+        accuracy_key = trainer.sampler_accuracy_key
+        required.append(
+            (key_of(trainer, "sampler_accuracy_key"), accuracy_key, f"prompt-filter accuracy {accuracy_key!r}")
+        )
     return required
 
 
-def dry_run_reward(config: Any, entry_key: str, path: Path, row: dict) -> None:
+def dry_run_reward(run: RunConfig, entry_key: str, path: Path, row: dict) -> None:
     """Score `row` (row 0 of `path`) with the configured reward function, as veRL's reward manager would."""
-    if not rule_reward(config):
+    if not rule_reward(run.verl):
         return
     data_source = row.get("data_source")
-    selected = _reward_function(config, data_source)
+    selected = _reward_function(run.verl, data_source)
     if selected is None:
         return
     fn, name, fn_key = selected
@@ -98,7 +96,7 @@ def dry_run_reward(config: Any, entry_key: str, path: Path, row: dict) -> None:
         keys = ["acc"]
         returned = f"returned the number {result!r}, which veRL records as 'acc' only"
         values = [("score", result)]
-    for key, needed, quantity in _required_info_keys(config):
+    for key, needed, quantity in _required_info_keys(run):
         if needed not in keys:
             fail(key, f"is {needed!r}, but the reward function {name} {returned} on {where}.")
         if isinstance(result, dict):

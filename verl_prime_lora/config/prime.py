@@ -6,13 +6,14 @@ the advantage estimators all read these objects instead of the raw config.
 
 * `PrimeConfig` — `prime`: `max_failed_rollout_ratio` and `prm` (`PrmConfig`, the implicit PRM's
   knobs). `prime.prm.{model,engine,optim,checkpoint}` are veRL's own schemas (the recipe composes them
-  from veRL's `hf_model`, `fsdp` engine and `fsdp` optimizer groups): they stay in the config, and
-  `prm_worker.build_prm_worker_config` types them with veRL's dataclasses.
+  from veRL's `hf_model`, `fsdp` engine and `fsdp` optimizer groups): the view reads them (`verl_view.PrmView`),
+  and `prm_worker.build_prm_worker_config` types them with veRL's dataclasses.
 * `AdvantageConfig` — `algorithm.prime`: the estimators' knobs (`core_algos`). veRL's V1 trainer
   hands the estimators `config.algorithm` as a DictConfig, so `algorithm.prime` reaches them as is;
   given veRL's `AlgoConfig` (which has no `prime` field) they get the defaults.
 
-The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them).
+The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them). `config.prime_config`
+builds `PrimeConfig` from a composed config's view (`config.run_config`: once per process, for the whole run).
 
 The sections follow veRL's `BaseConfig` pattern (verl/base_config.py): dataclasses whose fields hold
 the defaults, read-only once built, converted from the OmegaConf node the way veRL's
@@ -36,7 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 UPDATE_MODES = ("before", "after", "none")  # prime.prm.update
 REFERENCE_TYPES = ("init", "policy")  # prime.prm.reference
-PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (core_algos.PROCESS_NORMS implements them)
+PROCESS_NORMS = ("sequence", "token")  # algorithm.prime.process_norm (core_algos.PROCESS_ADVANTAGES implements them)
 # Reward-info keys that are not an outcome accuracy and must never become the PRM label.
 FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
 # prime.prm sections typed by veRL's own dataclasses (prm_worker.build_prm_worker_config), not here.
@@ -308,18 +309,6 @@ class AdvantageConfig(_Section):
             )
         if self.epsilon < 0:
             self._fail("epsilon", "the std epsilon: >= 0.")
-
-
-def prime_config(config: Any) -> PrimeConfig:
-    """The typed `prime` section of a composed config (every default when it has none).
-
-    A null `prime.prm.mini_batch_size` becomes the actor's `ppo_mini_batch_size`.
-    """
-    prime = PrimeConfig.from_config(config_value(config, "prime"))
-    actor_mini = config_value(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    if prime.prm.mini_batch_size is None and actor_mini is not None:
-        prime = dataclasses.replace(prime, prm=dataclasses.replace(prime.prm, mini_batch_size=int(actor_mini)))
-    return prime
 
 
 def advantage_config(algorithm_config: Any) -> AdvantageConfig:
