@@ -92,7 +92,14 @@ def test_both_recipes_are_valid():
 
 
 def test_plain_verl_configs_are_left_alone():
-    validate_prime_config(compose_ppo())  # no PRIME trainer, no PRIME estimator
+    """No PRIME trainer, no PRIME estimator: no view is built, so not even a value the plugin would refuse is read."""
+    assert validate_prime_config(compose_ppo()) is None
+    cfg = compose_ppo()
+    cfg.trainer.n_gpus_per_node = "all"  # the view would refuse it (an int field); veRL's own checks are veRL's
+    assert validate_prime_config(cfg) is None
+    cfg.algorithm.adv_estimator = "prime_grpo"
+    with pytest.raises(PrimeConfigError, match=r"^trainer\.n_gpus_per_node:"):
+        validate_prime_config(cfg)
 
 
 @pytest.mark.parametrize(

@@ -272,6 +272,17 @@ def test_other_trainers_keep_verl_behaviour():
         run(score_one)
 
 
+def test_a_run_that_is_not_prime_gets_no_view_built():
+    """A value the view would refuse (an int field) does not reach a reward worker of a non-PRIME run."""
+    config = {**PRIME_CONFIG, "trainer": {"v1": {"trainer_mode": "sync"}, "n_gpus_per_node": "all"}}
+
+    async def score_one():
+        return await _worker(config).compute_score(_rows(2)[1:2])
+
+    with pytest.raises(ZeroDivisionError):
+        run(score_one)
+
+
 # --------------------------------------------------------------------------------------------------
 # the trainer: accounting and stop
 # --------------------------------------------------------------------------------------------------

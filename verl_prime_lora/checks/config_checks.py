@@ -35,13 +35,13 @@ from verl_prime_lora.config.run import (
     actor_uses_lora,
     has_standalone_rollout,
     is_prime_estimator,
-    is_prime_run,
     is_prime_trainer,
     reference_source,
+    selects_prime,
     training_ranks,
     uses_reference_policy,
 )
-from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, verl_view
+from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, raw_value, verl_view
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:
@@ -59,11 +59,12 @@ def _fail(key: str, message: str) -> None:
     raise PrimeConfigError(f"{key}: {message}")
 
 
-def check_stray_recipe(view: VerlView) -> None:
-    recipe = view.recipe if isinstance(view.node, DictConfig) else None
+def check_stray_recipe(config: Any) -> None:
+    """Any veRL run: a `+recipe=NAME` that Hydra did not resolve is a stray string key, named here."""
+    recipe = raw_value(config, "recipe") if isinstance(config, DictConfig) else None
     if isinstance(recipe, str):
         _fail(
-            key_of(view, "recipe"),
+            key_of(VerlView, "recipe"),
             f"is the plain string {recipe!r}: Hydra did not find the config group `recipe`, so "
             f"`+recipe={recipe}` became a stray key and none of the recipe was applied. Reinstall "
             "verl-prime-lora (its Hydra search-path plugin registers the group) and check "
@@ -78,10 +79,10 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True, view: Verl
     trainer nor a PRIME estimator is left alone (apart from the stray-`recipe` check; None is returned), so plain
     veRL runs are unaffected.
     """
-    view = verl_view(config) if view is None else view
-    check_stray_recipe(view)
-    if not is_prime_run(view):
+    check_stray_recipe(config)
+    if not selects_prime(config):
         return None
+    view = verl_view(config) if view is None else view
     trainer_mode = view.trainer.mode
     estimator = view.algorithm.adv_estimator
 

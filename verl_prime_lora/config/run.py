@@ -14,9 +14,10 @@ run and its reward-failure accounting; every other run sees veRL as it is.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from verl_prime_lora.config.prime import PrimeConfig, PrmConfig
-from verl_prime_lora.config.verl_view import ModelView, VerlView, key_of, write
+from verl_prime_lora.config.verl_view import ModelView, VerlView, key_of, raw_value, write
 
 # trainer.v1.trainer_mode names registered by verl_prime_lora.integration.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
@@ -47,6 +48,13 @@ def is_prime_estimator(view: VerlView) -> bool:
 def is_prime_run(view: VerlView) -> bool:
     """A PRIME trainer or a PRIME estimator (see the module docstring): the runs the plugin acts on."""
     return is_prime_trainer(view) or is_prime_estimator(view)
+
+
+def selects_prime(config: Any) -> bool:
+    """`is_prime_run` of a composed config, decided from its two keys as they are: a run that is not PRIME gets no
+    view built, so none of its values is converted or refused by the plugin."""
+    mode, estimator = raw_value(config, "trainer.mode"), raw_value(config, "algorithm.adv_estimator")
+    return mode in PRIME_TRAINERS or estimator in PRIME_ESTIMATORS
 
 
 def base_trainer_mode(view: VerlView) -> str:

@@ -313,6 +313,17 @@ def verl_view(config: Any) -> VerlView:
     return read_section(VerlView, config)
 
 
+def raw_value(config: Any, path: str) -> Any:
+    """The value of the view's field `path` (as `key_of` takes it) as the composed config has it, unconverted, or
+    the field's default: for the keys read before a view is built."""
+    cls = VerlView
+    *inner, name = path.split(".")
+    for part in inner:
+        cls = _hints(cls)[part]
+    item = next(item for item in dataclasses.fields(cls) if item.name == name)
+    return config_value(config, key_of(VerlView, path), item.default)
+
+
 def algorithm_view(algorithm: Any) -> AlgorithmView:
     """The view of an `algorithm` section alone, as veRL hands it to an estimator (DictConfig, `AlgoConfig`, dict)."""
     return read_section(AlgorithmView, algorithm, "algorithm")
