@@ -24,8 +24,8 @@ def _published_warm_start(config) -> Path:
 def warm_assets(request, tmp_path_factory) -> dict:
     """The main job's warm start and RL data, built in this session with the demo's arguments (seed 0, the
     defaults): `chain_task.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the build
-    printed). tests/test_chain_task.py checks the build. The build is then published for later sessions
-    (`published_warm_assets`)."""
+    printed). tests/test_chain_task.py checks the build, on the demo's xdist worker; the build is published for
+    the demo and for later sessions (`published_warm_assets`)."""
     out = tmp_path_factory.mktemp("warm") / "assets"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -43,9 +43,9 @@ def warm_assets(request, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def published_warm_assets(request) -> Path:
-    """A folder holding the demo's warm start: the one an earlier session built from the same builder source,
-    else this session's own build (`warm_assets`). tests/e2e/test_demo.py hands a copy to the demo script, which
-    finds it complete and reuses it (about a minute of SFT saved)."""
+    """A folder holding the demo's warm start: the published build of this session or an earlier one from the same
+    builder source, else this session's own (`warm_assets`). tests/e2e/test_demo.py hands a copy to the demo
+    script, which finds it complete and reuses it (about a minute of SFT saved)."""
     published = _published_warm_start(request.config)
     return published if published.is_dir() else request.getfixturevalue("warm_assets")["out"]
 

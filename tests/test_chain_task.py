@@ -135,7 +135,8 @@ def test_saved_tokenizer_splits_like_the_built_one(splits, tmp_path):
         assert loaded(text)["input_ids"] == built(text)["input_ids"], text
 
 
-@pytest.mark.e2e  # the SFT of the warm start: about a minute on 2 cores, shared with the demo test
+@pytest.mark.e2e  # the SFT of the warm start: about a minute on 2 cores, shared with the demo test:
+@pytest.mark.xdist_group("demo")  # on the demo's xdist worker, whose session builds it once (conftest.warm_assets)
 def test_warm_start_end_to_end_and_cache(warm_assets, capsys, monkeypatch):
     """The warm model as the demo builds it (conftest.warm_assets: about a minute on 2 cores), then a second
     call reuses it without training."""

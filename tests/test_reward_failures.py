@@ -233,10 +233,14 @@ def test_a_reward_call_past_its_time_limit_is_a_failed_row_and_the_batch_goes_on
         worker.reward_manager = NaiveRewardManager(worker.config, _Tokenizer(), reward_fn)
         return await worker.compute_score_batch(_rows(3))
 
+    # the stuck call ends 2 s in, 10x past the limit: asyncio.run waits for veRL's reward thread when it closes
+    unstick = threading.Timer(2.0, release.set)
+    unstick.start()
     try:
         outputs = run(score_batch)
     finally:
         release.set()
+        unstick.cancel()
     infos = [o["reward_extra_info"] for o in outputs]
     assert [info[FAILED_KEY] for info in infos] == [0.0, 1.0, 0.0]
     assert infos[1][ERROR_KEY] == "TimeoutError: the reward call timed out after 0.2 s (prime.reward_timeout_s)"
