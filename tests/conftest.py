@@ -13,9 +13,11 @@ from verl_prime_lora.demo import chain_task
 from verl_prime_lora.tools import tiny
 
 
-def _published_warm_start(config) -> Path:
-    """Where a test session leaves its warm-start build for the next one (`make test`: the unit tier builds, the
-    e2e tier reuses), in pytest's cache folder; keyed by the builder's source, so a changed builder is rebuilt."""
+def _published_warm_start(config) -> Path | None:
+    """Where a test session leaves its warm-start build for later ones, in pytest's cache folder (None when pytest
+    runs without it: `-p no:cacheprovider`); keyed by the builder's source, so a changed builder is rebuilt."""
+    if getattr(config, "cache", None) is None:
+        return None
     source = b"".join(Path(module.__file__).read_bytes() for module in (chain_task, tiny))
     return Path(config.cache.mkdir("warm_assets")) / hashlib.sha256(source).hexdigest()[:16]
 
@@ -31,7 +33,7 @@ def warm_assets(request, tmp_path_factory) -> dict:
     with contextlib.redirect_stdout(printed):
         result = chain_task.write_warm_assets(out, seed=0)
     published = _published_warm_start(request.config)
-    if not published.exists():
+    if published is not None and not published.exists():
         staging = published.with_name(f"{published.name}.{os.getpid()}")
         shutil.copytree(out, staging)
         try:
@@ -47,7 +49,9 @@ def published_warm_assets(request) -> Path:
     builder source, else this session's own (`warm_assets`). tests/e2e/test_demo.py hands a copy to the demo
     script, which finds it complete and reuses it (about a minute of SFT saved)."""
     published = _published_warm_start(request.config)
-    return published if published.is_dir() else request.getfixturevalue("warm_assets")["out"]
+    if published is not None and published.is_dir():
+        return published
+    return request.getfixturevalue("warm_assets")["out"]
 
 
 @pytest.fixture(autouse=True)
