@@ -35,9 +35,9 @@ from verl_prime_lora.config.run import (
     actor_uses_lora,
     has_standalone_rollout,
     is_prime_estimator,
+    is_prime_run,
     is_prime_trainer,
     reference_source,
-    selects_prime,
     training_ranks,
     uses_reference_policy,
 )
@@ -80,7 +80,7 @@ def validate_prime_config(config: Any, check_tokenizers: bool = True, view: Verl
     veRL runs are unaffected.
     """
     check_stray_recipe(config)
-    if not selects_prime(config):
+    if not is_prime_run(config):
         return None
     view = verl_view(config) if view is None else view
     trainer_mode = view.trainer.mode

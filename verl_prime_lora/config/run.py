@@ -45,14 +45,10 @@ def is_prime_estimator(view: VerlView) -> bool:
     return view.algorithm.adv_estimator in PRIME_ESTIMATORS
 
 
-def is_prime_run(view: VerlView) -> bool:
-    """A PRIME trainer or a PRIME estimator (see the module docstring): the runs the plugin acts on."""
-    return is_prime_trainer(view) or is_prime_estimator(view)
-
-
-def selects_prime(config: Any) -> bool:
-    """`is_prime_run` of a composed config, decided from its two keys as they are: a run that is not PRIME gets no
-    view built, so none of its values is converted or refused by the plugin."""
+def is_prime_run(config: Any) -> bool:
+    """A PRIME trainer or a PRIME estimator (see the module docstring): the runs the plugin acts on. Decided on the
+    composed config from its two keys as they are, before any view is built: a run that is not PRIME gets none, so
+    none of its values is converted or refused by the plugin."""
     mode, estimator = raw_value(config, "trainer.mode"), raw_value(config, "algorithm.adv_estimator")
     return mode in PRIME_TRAINERS or estimator in PRIME_ESTIMATORS
 

@@ -2,7 +2,7 @@
 
 veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function, applied
 where veRL's module is imported (`MODULE_PATCHES`; `integration.plugin.REGISTERING_MODULES` imports this module
-at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.run.selects_prime`); 2, 3 and
+at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.run.is_prime_run`); 2, 3 and
 5 fix veRL for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
@@ -55,7 +55,7 @@ import logging
 import sys
 from typing import Any
 
-from verl_prime_lora.config.run import selects_prime
+from verl_prime_lora.config.run import is_prime_run
 from verl_prime_lora.config.verl_view import model_view, verl_view
 from verl_prime_lora.patching import is_patched, mark, when_each_imported
 from verl_prime_lora.run_processes import reap_after_driver
@@ -85,7 +85,7 @@ def install_driver_validation(verl_config) -> None:
         from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
 
         check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
-        if selects_prime(config):
+        if is_prime_run(config):
             view = verl_view(config)
             check_devices(view)  # the devices first: the config checks' micro-batch arithmetic assumes them
             run = validate_prime_config(config, check_tokenizers=False, view=view)  # the config's keys: no file read
@@ -195,7 +195,7 @@ def install_reward_failure_guard(reward_loop) -> None:
         view built, for a run that is not PRIME."""
         if _GUARD_ATTR not in worker.__dict__:
             config = worker.config
-            worker.__dict__[_GUARD_ATTR] = reward_guard(verl_view(config)) if selects_prime(config) else None
+            worker.__dict__[_GUARD_ATTR] = reward_guard(verl_view(config)) if is_prime_run(config) else None
         return worker.__dict__[_GUARD_ATTR]
 
     @functools.wraps(original)
