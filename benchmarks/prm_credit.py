@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch.cleanup()
     summary = {
         "command": "python benchmarks/prm_credit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "run": str(run),
+        "run": str(args.run),  # as given: no path of the machine it ran on
         "settings": {**settings, "responses": args.responses, "samples": args.samples, "seed": args.seed},
         "results": results,
     }

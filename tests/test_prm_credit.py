@@ -36,10 +36,12 @@ def fake_run(tmp_path_factory):
     return run
 
 
-def test_the_credit_of_each_checkpoint_is_written(fake_run, tmp_path):
+def test_the_credit_of_each_checkpoint_is_written(fake_run, tmp_path, monkeypatch):
     bench = load_benchmark("prm_credit")
-    assert bench.main([str(fake_run), "--out", str(tmp_path), "--responses", "warm_start", "--samples", "2"]) == 0
+    monkeypatch.chdir(fake_run.parent)
+    assert bench.main([fake_run.name, "--out", str(tmp_path), "--responses", "warm_start", "--samples", "2"]) == 0
     report = json.loads((tmp_path / "prm_credit.json").read_text())
+    assert report["run"] == fake_run.name  # the run as given, not a path of the machine
     assert [result["step"] for result in report["results"]] == [0, 2]
     start, trained = report["results"]
     assert sum(start["responses"].values()) == 12  # 6 problems x 2 samples, the same set at both steps
