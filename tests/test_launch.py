@@ -86,3 +86,18 @@ def test_the_start_up_summary_is_printed_at_step_1(tmp_path, monkeypatch, capsys
     summary = "[launch] start-up to the end of step 1: "
     assert summary in capsys.readouterr().err
     assert log.read_text().index("step:1 - x:1.0") < log.read_text().index(summary)
+
+
+def test_the_cpu_the_run_used_is_printed_after_the_start_up_summary(tmp_path, monkeypatch, capsys):
+    """The census counts the run's processes (the fake driver's busy child among them), not the launcher."""
+    burn = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(5)"
+    busy = f'{sys.executable} -c "{burn}" &'
+    _fake_python(tmp_path, monkeypatch, busy + '\nsleep 0.5\necho "step:1 - x:1.0"\nwait')
+    log = tmp_path / "run.log"
+    assert run_main_ppo([], log, timeout_s=30.0) == 0
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("[launch] CPU to the end of step 1: "))
+    total = float(line.split(": ", 1)[1].split(" s", 1)[0])
+    assert 0.3 <= total < 2.0, line  # the child's 0.3 s, not the launcher's own CPU
+    assert "python -c" in line
+    assert err.index("[launch] start-up to the end of step 1") < err.index(line)

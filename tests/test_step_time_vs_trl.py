@@ -16,7 +16,8 @@ def test_ratios_are_of_medians_after_the_first_step_per_repeat(monkeypatch, tmp_
 
     def project(estimator, assets, steps, out):
         runs.append(out.name)
-        return {"timing_s/step": step[estimator], "timing_s/gen": [9.0, 3.0, 2.0, 1.0], "timing_s/testing": [4.0]}
+        timings = {"timing_s/step": step[estimator], "timing_s/gen": [9.0, 3.0, 2.0, 1.0], "timing_s/testing": [4.0]}
+        return timings, [f"[launch] start-up of {out.name}"]
 
     monkeypatch.setattr(bench, "project_timings", project)
     assert bench.main(["--steps", "4", "--repeats", "3", "--out", str(tmp_path), "--trl-path", str(tmp_path)]) == 0
@@ -26,6 +27,10 @@ def test_ratios_are_of_medians_after_the_first_step_per_repeat(monkeypatch, tmp_
     assert first["phases"]["grpo"] == {"timing_s/step": 5.0, "timing_s/gen": 2.0}  # one-off phases left out
     assert [r["ratios"]["grpo / trl_grpo"] for r in report["repeats"]] == pytest.approx([2.5, 2.5, 1.25])
     assert report["median_ratios"] == pytest.approx({"grpo / trl_grpo": 2.5, "prime_grpo / grpo": 1.2})
+    assert first["start_up"] == {
+        "grpo": ["[launch] start-up of grpo_0"],
+        "prime_grpo": ["[launch] start-up of prime_grpo_0"],
+    }
     assert runs == ["grpo_0", "prime_grpo_0", "grpo_1", "prime_grpo_1", "grpo_2", "prime_grpo_2"]
 
 
@@ -34,3 +39,5 @@ def test_both_sides_read_the_demo_setting():
     assert bench.setting("data.train_batch_size") == "16" and bench.setting("actor_rollout_ref.rollout.n") == "8"
     assert bench.setting("data.max_response_length") == "64"
     assert "prompt_filter" not in bench.RECIPES  # the same prompts every step on both sides
+    # PRIME's own cost: the recipe's one PRM pass per step, not the demo's three
+    assert bench.PROJECT_RUNS == {"grpo": [], "prime_grpo": ["prime.prm.epochs=1"]}

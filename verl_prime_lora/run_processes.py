@@ -42,6 +42,39 @@ def pids_with_marker(run_id: str) -> list[int]:
     return found
 
 
+def process_name(cmdline: list[str]) -> str:
+    """A short name for a run's process: Ray's worker titles (`ray::WorkerDict`), vLLM's
+    (`VLLM::EngineCore`), a Python module or script (`verl.trainer.main_ppo`, `log_monitor.py`), a binary."""
+    if not cmdline:
+        return "?"
+    head = cmdline[0].split()[0] if cmdline[0].split() else cmdline[0]
+    if "::" in head:
+        return head.split(".", 1)[0]
+    args = cmdline[1:]
+    if "-m" in args and args.index("-m") + 1 < len(args):
+        return args[args.index("-m") + 1]
+    if "-c" in args:
+        return "python -c"
+    scripts = [arg for arg in args if arg.endswith(".py")]
+    return Path(scripts[0] if scripts else head).name
+
+
+def cpu_seconds_by_name(run_id: str) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the run's live processes, summed by `process_name`,
+    largest first. Processes that have already exited are not counted."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for pid in pids_with_marker(run_id):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, IndexError):
+            continue
+        name = process_name([part for part in cmdline if part])
+        totals[name] = totals.get(name, 0.0) + (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
 def is_gone(pid: int) -> bool:
     """The process has exited (no /proc entry, or a zombie waiting for its parent)."""
     try:

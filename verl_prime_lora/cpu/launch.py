@@ -8,7 +8,8 @@ normal exit, error or timeout — every process that still carries the marker is
 
 `python -m verl_prime_lora.cpu.launch --log FILE --timeout S -- OVERRIDE...` streams the run's output
 to the console and FILE and exits with main_ppo's exit code (124 on timeout). At step 1 it prints where the
-start-up went, phase by phase (`startup_phases`).
+start-up went, phase by phase (`startup_phases`), and the CPU seconds the run's processes have used so far, by
+process (on a machine of few cores that, not the phases' wall time, is what concurrent runs compete for).
 """
 
 import argparse
@@ -22,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from verl_prime_lora.cpu.startup_phases import StartupClock
-from verl_prime_lora.run_processes import RUN_MARKER, kill_run
+from verl_prime_lora.run_processes import RUN_MARKER, cpu_seconds_by_name, kill_run
 
 TIMEOUT_EXIT_CODE = 124
 # Offline, quiet, unbuffered: what every CPU run wants (an explicit caller value wins).
@@ -71,7 +72,7 @@ def run_main_ppo(
             text=True,
             errors="replace",
         )
-        copier = threading.Thread(target=_copy_lines, args=(process.stdout, log, echo, startup), daemon=True)
+        copier = threading.Thread(target=_copy_lines, args=(process.stdout, log, echo, startup, run_id), daemon=True)
         copier.start()
         try:
             returncode = process.wait(timeout=timeout_s)
@@ -117,7 +118,7 @@ def _sigterm_unwinds():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _copy_lines(stream, log, echo: bool, startup: StartupClock) -> None:
+def _copy_lines(stream, log, echo: bool, startup: StartupClock, run_id: str) -> None:
     for line in stream:
         log.write(line)
         log.flush()
@@ -127,6 +128,13 @@ def _copy_lines(stream, log, echo: bool, startup: StartupClock) -> None:
         summary = startup.feed(line)
         if summary is not None:
             _report(log, summary)
+            _report(log, cpu_summary(cpu_seconds_by_name(run_id)))
+
+
+def cpu_summary(seconds: dict[str, float], shown: int = 8) -> str:
+    """The run's CPU seconds so far, in total and for its `shown` largest process kinds."""
+    top = ", ".join(f"{name} {value:.1f} s" for name, value in list(seconds.items())[:shown])
+    return f"[launch] CPU to the end of step 1: {sum(seconds.values()):.1f} s ({top})"
 
 
 def main() -> None:
