@@ -179,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
             timings[estimator], start_up[estimator] = project_timings(
                 estimator, assets, args.steps, out / f"{estimator}_{repeat}"
             )
-            print("\n".join(start_up[estimator]), flush=True)
         step = {name: after_first(series["timing_s/step"]) for name, series in timings.items()}
         ratios = {name: step[a] / step[b] for name, (a, b) in RATIOS.items()}
         phases = {

@@ -101,3 +101,14 @@ def test_the_cpu_the_run_used_is_printed_after_the_start_up_summary(tmp_path, mo
     assert 0.3 <= total < 2.0, line  # the child's 0.3 s, not the launcher's own CPU
     assert "python -c" in line
     assert err.index("[launch] start-up to the end of step 1") < err.index(line)
+
+
+def test_the_local_ray_cluster_starts_no_idle_workers_unless_the_caller_says(tmp_path, monkeypatch):
+    _fake_python(tmp_path, monkeypatch, 'echo "prestart=[$RAY_prestart_worker_first_driver]"')
+    monkeypatch.delenv("RAY_prestart_worker_first_driver", raising=False)
+    log = tmp_path / "run.log"
+    assert run_main_ppo([], log, timeout_s=30.0) == 0
+    assert "prestart=[0]" in log.read_text()
+    monkeypatch.setenv("RAY_prestart_worker_first_driver", "1")
+    assert run_main_ppo([], log, timeout_s=30.0) == 0
+    assert "prestart=[1]" in log.read_text()

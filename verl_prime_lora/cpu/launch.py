@@ -33,6 +33,10 @@ RUN_ENV_DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONUNBUFFERED": "1",
     "HYDRA_FULL_ERROR": "1",
+    # The local Ray cluster's raylet starts idle Python workers for the first driver; veRL's actors never use
+    # them (the job's runtime_env differs from theirs), and they cost ~2 s of CPU at start-up. (Read by the raylet
+    # this driver starts; a cluster the run joins keeps its own setting.)
+    "RAY_prestart_worker_first_driver": "0",
 }
 
 

@@ -1,0 +1,121 @@
+"""Where a CPU run's processor time goes, by process, per training step.
+
+    python benchmarks/cpu_by_process.py [--estimator grpo] [--steps 10] [--from-step 3] [--to-step 9]
+
+One `main_ppo` launch in the setting of `step_time_vs_trl.py` (the CPU demo's warm model and data, 16 prompts ×
+8 samples, no prompt filter, no validation). The CPU seconds each of the run's processes has used
+(`run_processes.cpu_seconds_by_name`, the processes found by the run's marker) are read when step `--from-step`'s
+metrics are logged and again at step `--to-step`'s; the difference over the steps between is each process
+kind's CPU per step, beside the wall time per step. On a machine of two cores this says what a step is made
+of: the model's own work (vLLM's worker, the training workers) against the per-request work of veRL's
+rollout path (agent loop, HTTP server, reward worker, load balancer, TransferQueue). The launcher's start-up
+lines (phases to the end of step 1, CPU by process by then) go into `cpu_by_process.json` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+from step_time_vs_trl import PROJECT_RUNS, RECIPES
+
+from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo.learning_run import run_learning
+from verl_prime_lora.run_processes import RUN_MARKER, cpu_seconds_by_name
+
+
+def per_step(before: dict[str, float], after: dict[str, float], steps: int) -> dict[str, float]:
+    """CPU seconds per step of each process kind between two readings, largest first (a kind that started
+    between them counts from zero; one that ended is left out: its seconds are no longer readable)."""
+    rates = {name: (seconds - before.get(name, 0.0)) / steps for name, seconds in after.items()}
+    return dict(sorted(rates.items(), key=lambda item: -item[1]))
+
+
+def run_id_of(workdir: Path) -> str | None:
+    """The run marker of the `main_ppo` driver whose overrides name `workdir`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"verl.trainer.main_ppo" in cmdline and str(workdir).encode() in cmdline:
+            for item in environ:
+                if item.startswith(RUN_MARKER.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def wait_for_step(log: Path, step: int, done: threading.Event) -> float | None:
+    """The time step `step`'s metrics line appears in `log` (None if the run ends first)."""
+    marker = f"step:{step} - "
+    while not done.is_set():
+        if log.is_file() and marker in log.read_text(errors="replace"):
+            return time.monotonic()
+        time.sleep(0.2)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--estimator", choices=sorted(PROJECT_RUNS), default="grpo")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--from-step", type=int, default=3)
+    parser.add_argument("--to-step", type=int, default=9)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/cpu_by_process"))
+    args = parser.parse_args(argv)
+    if not 1 <= args.from_step < args.to_step <= args.steps:
+        parser.error("need 1 <= --from-step < --to-step <= --steps")
+    out = args.out.resolve()
+    assets = chain_task.write_warm_assets(out / "assets", seed=0)
+    workdir = out / args.estimator
+    done = threading.Event()
+    overrides = ["trainer.val_before_train=false", *PROJECT_RUNS[args.estimator]]
+
+    def launch():
+        try:
+            run_learning(args.estimator, assets, workdir, args.steps, -1, overrides, recipes=RECIPES, echo=None)
+        finally:
+            done.set()
+
+    runner = threading.Thread(target=launch)
+    runner.start()
+    log = workdir / "main_ppo.log"
+    first_at = wait_for_step(log, args.from_step, done)
+    run_id = run_id_of(workdir)
+    before = cpu_seconds_by_name(run_id) if run_id else {}
+    last_at = wait_for_step(log, args.to_step, done)
+    after = cpu_seconds_by_name(run_id) if run_id else {}
+    runner.join()
+    if first_at is None or last_at is None or not run_id:
+        raise SystemExit(f"the run ended before step {args.to_step}; see {log}")
+    steps = args.to_step - args.from_step
+    rates = per_step(before, after, steps)
+    launch_lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[launch] ")]
+    report = {
+        "command": "python benchmarks/cpu_by_process.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "estimator": args.estimator,
+        "steps": [args.from_step, args.to_step],
+        "wall_s_per_step": (last_at - first_at) / steps,
+        "cpu_s_per_step": sum(rates.values()),
+        "cpu_s_per_step_by_process": rates,
+        "start_up": launch_lines,
+    }
+    print(f"steps {args.from_step}-{args.to_step}: wall {report['wall_s_per_step']:.2f} s/step, ", end="")
+    print(f"CPU {report['cpu_s_per_step']:.2f} s/step")
+    for name, seconds in rates.items():
+        if seconds >= 0.01:
+            print(f"  {seconds:6.2f}  {name}")
+    (out / "cpu_by_process.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"json: {out / 'cpu_by_process.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
