@@ -9,6 +9,8 @@ parentage. `kill_run` ends every process that carries a run's marker.
 ends (normal exit, an exception, SIGINT, SIGTERM, SIGKILL), the watcher kills whatever of the run is
 left, so no Ray daemon or vLLM engine outlives it by more than a few seconds. A run on an external Ray
 cluster (`ray start`) is not touched there: its raylet and workers do not carry the driver's environment.
+
+`cpu_seconds_by_name` counts the CPU seconds a run's live processes have used so far, by process.
 Nothing here imports Ray, torch or veRL.
 """
 
@@ -68,10 +70,11 @@ def cpu_seconds_by_name(run_id: str) -> dict[str, float]:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except (OSError, IndexError):
+            seconds = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
             continue
         name = process_name([part for part in cmdline if part])
-        totals[name] = totals.get(name, 0.0) + (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+        totals[name] = totals.get(name, 0.0) + seconds
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
