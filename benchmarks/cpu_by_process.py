@@ -24,7 +24,7 @@ from pathlib import Path
 from step_time_vs_trl import PROJECT_RUNS, RECIPES
 
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.learning_run import run_learning
+from verl_prime_lora.demo.learning_run import ESTIMATORS, run_learning
 from verl_prime_lora.run_processes import RUN_MARKER, cpu_seconds_by_name
 
 
@@ -76,11 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     assets = chain_task.write_warm_assets(out / "assets", seed=0)
     workdir = out / args.estimator
     done = threading.Event()
-    overrides = ["trainer.val_before_train=false", *PROJECT_RUNS[args.estimator]]
+    estimator, run_overrides = PROJECT_RUNS[args.estimator]
+    overrides = ["trainer.val_before_train=false", *run_overrides]
 
     def launch():
         try:
-            run_learning(args.estimator, assets, workdir, args.steps, -1, overrides, recipes=RECIPES, echo=None)
+            run_learning(
+                args.estimator,
+                assets,
+                workdir,
+                args.steps,
+                -1,
+                overrides,
+                recipes=RECIPES,
+                echo=None,
+                estimator=ESTIMATORS[estimator],
+            )
         finally:
             done.set()
 

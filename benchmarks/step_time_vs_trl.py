@@ -18,11 +18,13 @@ samples at temperature 1, ≤ 64 tokens, LoRA r=16 α=32 on all linears at lr 1e
   on top; its reference is the rollout policy's old log-probs, as in the demo), with the recipe's one PRM pass
   per step (`prime.prm.epochs=1`; the demo's three passes are a learning choice for its task, not PRIME's
   cost). No prompt filter on either: every step trains on the same 16 prompts, so the ratio is PRIME's own
-  cost, not the filter's oversampling (which makes a step's size depend on the batch's accuracy).
+  cost, not the filter's oversampling (which makes a step's size depend on the batch's accuracy);
+* `prime_grpo_after`: the same with `prime.prm.update=after`: the rewards come from the update's own first
+  forward, so the PRM makes one pass per step instead of two.
 
 Each run's step time is the median over its steps after the first (the first holds one-off warm-ups); TRL's is
-the wall time between consecutive optimizer steps. The three runs are made `--repeats` times, interleaved, and
-each repeat's ratios `grpo / trl_grpo` and `prime_grpo / grpo` are reported with their median, beside the
+the wall time between consecutive optimizer steps. The four runs are made `--repeats` times, interleaved, and
+each repeat's ratios (`RATIOS`) are reported with their median, beside the
 median time of each `timing_s/*` phase of the project's runs, and the launcher's two start-up lines of each run
 (the phases to the end of step 1, and the CPU seconds its processes used by then). The machine is noisy:
 compare ratios made in one invocation only. Writes `step_time_vs_trl.json`.
@@ -40,13 +42,21 @@ import time
 from pathlib import Path
 
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, run_learning
+from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, ESTIMATORS, run_learning
 from verl_prime_lora.rewards.math_format import compute_score
 
 RECIPES = ("prime_lora_colocated", "cpu")
-# estimator -> overrides of its run (after the demo's setting), each run with RECIPES
-PROJECT_RUNS = {"grpo": [], "prime_grpo": ["prime.prm.epochs=1"]}
-RATIOS = {"grpo / trl_grpo": ("grpo", "trl_grpo"), "prime_grpo / grpo": ("prime_grpo", "grpo")}
+# run -> (its estimator, a key of the demo's `ESTIMATORS`; its overrides after the demo's setting), each with RECIPES
+PROJECT_RUNS = {
+    "grpo": ("grpo", []),
+    "prime_grpo": ("prime_grpo", ["prime.prm.epochs=1"]),  # the recipe's `update: before`: update, then a forward
+    "prime_grpo_after": ("prime_grpo", ["prime.prm.epochs=1", "prime.prm.update=after"]),  # the update's forward only
+}
+RATIOS = {
+    "grpo / trl_grpo": ("grpo", "trl_grpo"),
+    "prime_grpo / grpo": ("prime_grpo", "grpo"),
+    "prime_grpo_after / grpo": ("prime_grpo_after", "grpo"),
+}
 
 
 def setting(key: str) -> str:
@@ -130,16 +140,18 @@ def trl_steps(assets: dict, steps: int, out: Path) -> list[float]:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def project_timings(estimator: str, assets: dict, steps: int, out: Path) -> tuple[dict[str, list[float]], list[str]]:
+def project_timings(name: str, assets: dict, steps: int, out: Path) -> tuple[dict[str, list[float]], list[str]]:
     """Every `timing_s/*` series of one `main_ppo` run (no validation), `timing_s/step` among them, and the
     launcher's `[launch]` lines (start-up phases, CPU by process at step 1)."""
+    estimator, overrides = PROJECT_RUNS[name]
     run = run_learning(
-        estimator,
+        name,
         assets,
         out,
         steps,
         test_freq=-1,
-        overrides=["trainer.val_before_train=false", *PROJECT_RUNS[estimator]],
+        overrides=["trainer.val_before_train=false", *overrides],
+        estimator=ESTIMATORS[estimator],
         recipes=RECIPES,
         echo=None,
     )
@@ -174,11 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== repeat {repeat + 1}/{args.repeats}: trl_grpo", flush=True)
         timings = {"trl_grpo": {"timing_s/step": trl_step_seconds(assets, args.steps, out, args.trl_path.resolve())}}
         start_up = {}
-        for estimator in PROJECT_RUNS:
-            print(f"== repeat {repeat + 1}/{args.repeats}: {estimator}", flush=True)
-            timings[estimator], start_up[estimator] = project_timings(
-                estimator, assets, args.steps, out / f"{estimator}_{repeat}"
-            )
+        for name in PROJECT_RUNS:
+            print(f"== repeat {repeat + 1}/{args.repeats}: {name}", flush=True)
+            timings[name], start_up[name] = project_timings(name, assets, args.steps, out / f"{name}_{repeat}")
         step = {name: after_first(series["timing_s/step"]) for name, series in timings.items()}
         ratios = {name: step[a] / step[b] for name, (a, b) in RATIOS.items()}
         phases = {

@@ -15,6 +15,6 @@ def test_per_step_is_the_difference_over_the_steps_between_largest_first():
 
 def test_the_run_is_the_benchmark_setting_and_the_step_window_is_checked(tmp_path):
     bench = load_benchmark("cpu_by_process")
-    assert "prompt_filter" not in bench.RECIPES and set(bench.PROJECT_RUNS) == {"grpo", "prime_grpo"}
+    assert "prompt_filter" not in bench.RECIPES and "grpo" in bench.PROJECT_RUNS
     with pytest.raises(SystemExit):
         bench.main(["--steps", "5", "--from-step", "4", "--to-step", "4", "--out", str(tmp_path)])
