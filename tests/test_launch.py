@@ -90,9 +90,15 @@ def test_the_start_up_summary_is_printed_at_step_1(tmp_path, monkeypatch, capsys
 
 def test_the_cpu_the_run_used_is_printed_after_the_start_up_summary(tmp_path, monkeypatch, capsys):
     """The census counts the run's processes (the fake driver's busy child among them), not the launcher."""
-    burn = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(5)"
-    busy = f'{sys.executable} -c "{burn}" &'
-    _fake_python(tmp_path, monkeypatch, busy + '\nsleep 0.5\necho "step:1 - x:1.0"\nwait')
+    burned = tmp_path / "burned"  # the child has used its 0.3 s of CPU
+    burn = (
+        "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+        f"open('{burned}', 'w')\ntime.sleep(30)"
+    )
+    script = (
+        f'{sys.executable} -c "{burn}" &\nwhile [ ! -f {burned} ]; do sleep 0.05; done\necho "step:1 - x:1.0"\nsleep 2'
+    )
+    _fake_python(tmp_path, monkeypatch, script)  # the sleep: the run lives on while the launcher reads the line
     log = tmp_path / "run.log"
     assert run_main_ppo([], log, timeout_s=30.0) == 0
     err = capsys.readouterr().err
