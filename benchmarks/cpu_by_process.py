@@ -19,9 +19,10 @@ import json
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
-from step_time_vs_trl import PROJECT_RUNS, RECIPES
+from step_time_vs_trl import PROJECT_RUNS, RECIPES, launch_lines
 
 from verl_prime_lora.demo import chain_task
 from verl_prime_lora.demo.learning_run import ESTIMATORS, run_learning
@@ -33,23 +34,6 @@ def per_step(before: dict[str, float], after: dict[str, float], steps: int) -> d
     between them counts from zero; one that ended is left out: its seconds are no longer readable)."""
     rates = {name: (seconds - before.get(name, 0.0)) / steps for name, seconds in after.items()}
     return dict(sorted(rates.items(), key=lambda item: -item[1]))
-
-
-def run_id_of(workdir: Path) -> str | None:
-    """The run marker of the `main_ppo` driver whose overrides name `workdir`."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"verl.trainer.main_ppo" in cmdline and str(workdir).encode() in cmdline:
-            for item in environ:
-                if item.startswith(RUN_MARKER.encode() + b"="):
-                    return item.split(b"=", 1)[1].decode()
-    return None
 
 
 def wait_for_step(log: Path, step: int, done: threading.Event) -> float | None:
@@ -76,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     assets = chain_task.write_warm_assets(out / "assets", seed=0)
     workdir = out / args.estimator
     done = threading.Event()
+    run_id = uuid.uuid4().hex
     estimator, run_overrides = PROJECT_RUNS[args.estimator]
     overrides = ["trainer.val_before_train=false", *run_overrides]
 
@@ -89,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 -1,
                 overrides,
                 recipes=RECIPES,
+                env={RUN_MARKER: run_id},
                 echo=None,
                 estimator=ESTIMATORS[estimator],
             )
@@ -99,16 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     runner.start()
     log = workdir / "main_ppo.log"
     first_at = wait_for_step(log, args.from_step, done)
-    run_id = run_id_of(workdir)
-    before = cpu_seconds_by_name(run_id) if run_id else {}
+    before = cpu_seconds_by_name(run_id)
     last_at = wait_for_step(log, args.to_step, done)
-    after = cpu_seconds_by_name(run_id) if run_id else {}
+    after = cpu_seconds_by_name(run_id)
     runner.join()
-    if first_at is None or last_at is None or not run_id:
+    if first_at is None or last_at is None:
         raise SystemExit(f"the run ended before step {args.to_step}; see {log}")
     steps = args.to_step - args.from_step
     rates = per_step(before, after, steps)
-    launch_lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[launch] ")]
     report = {
         "command": "python benchmarks/cpu_by_process.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "estimator": args.estimator,
@@ -116,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s_per_step": (last_at - first_at) / steps,
         "cpu_s_per_step": sum(rates.values()),
         "cpu_s_per_step_by_process": rates,
-        "start_up": launch_lines,
+        "start_up": launch_lines(log),
     }
     print(f"steps {args.from_step}-{args.to_step}: wall {report['wall_s_per_step']:.2f} s/step, ", end="")
     print(f"CPU {report['cpu_s_per_step']:.2f} s/step")

@@ -158,8 +158,12 @@ def project_timings(name: str, assets: dict, steps: int, out: Path) -> tuple[dic
     if run.returncode != 0:
         raise RuntimeError(f"{out}: main_ppo exited {run.returncode}\n{run.tail()}")
     keys = sorted({key for metrics in run.steps.values() for key in metrics if key.startswith("timing_s/")})
-    launch_lines = [line for line in run.log.read_text(errors="replace").splitlines() if line.startswith("[launch] ")]
-    return {key: [seconds for _, seconds in run.series(key)] for key in keys}, launch_lines
+    return {key: [seconds for _, seconds in run.series(key)] for key in keys}, launch_lines(run.log)
+
+
+def launch_lines(log: Path) -> list[str]:
+    """The launcher's own lines in a run's log (start-up phases, CPU by process at step 1)."""
+    return [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[launch] ")]
 
 
 def after_first(values: list[float]) -> float:

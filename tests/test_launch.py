@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from verl_prime_lora.cpu.launch import TIMEOUT_EXIT_CODE, _sigterm_unwinds, run_main_ppo
+from verl_prime_lora.run_processes import RUN_MARKER
 
 
 def test_sigterm_unwinds_in_the_main_thread_and_restores_the_handler():
@@ -118,3 +119,16 @@ def test_the_local_ray_cluster_starts_no_idle_workers_unless_the_caller_says(tmp
     monkeypatch.setenv("RAY_prestart_worker_first_driver", "1")
     assert run_main_ppo([], log, timeout_s=30.0) == 0
     assert "prestart=[1]" in log.read_text()
+
+
+def test_the_run_carries_the_callers_marker_and_never_the_launchers_own(tmp_path, monkeypatch):
+    """A caller that reads the run's processes while it runs names them by the marker it passes; a marker in the
+    launcher's own environment is not reused (the cleanup kills whatever carries the run's marker)."""
+    _fake_python(tmp_path, monkeypatch, f'echo "marker=[${RUN_MARKER}]"')
+    log = tmp_path / "run.log"
+    assert run_main_ppo([], log, timeout_s=30.0, env={RUN_MARKER: "caller-run"}) == 0
+    assert "marker=[caller-run]" in log.read_text()
+    monkeypatch.setenv(RUN_MARKER, "launcher-own")
+    assert run_main_ppo([], log, timeout_s=30.0) == 0
+    seen = log.read_text().split("marker=[", 1)[1].split("]", 1)[0]
+    assert seen not in ("", "launcher-own")

@@ -55,8 +55,12 @@ def run_main_ppo(
     env: dict[str, str] | None = None,
     echo: bool = False,
 ) -> int:
-    """Run main_ppo with `overrides`; write its output to `log_path`; return its exit code."""
-    run_id = uuid.uuid4().hex
+    """Run main_ppo with `overrides`; write its output to `log_path`; return its exit code.
+
+    The run's processes carry `RUN_MARKER`: the one given in `env` (a caller that reads the run's processes while it
+    runs), else a fresh one; a marker in this process's own environment is never reused, since the cleanup kills
+    every process that carries it."""
+    run_id = (env or {}).get(RUN_MARKER) or uuid.uuid4().hex
     run_env = {**run_env_defaults(overrides), **os.environ, **(env or {}), RUN_MARKER: run_id}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if not any(override.startswith("hydra.run.dir=") for override in overrides):
