@@ -4,12 +4,14 @@
 
 One `main_ppo` launch in the setting of `step_time_vs_trl.py` (the CPU demo's warm model and data, 16 prompts ×
 8 samples, no prompt filter, no validation). The CPU seconds each of the run's processes has used
-(`run_processes.cpu_seconds_by_name`, the processes found by the run's marker) are read when step `--from-step`'s
+(`run_processes.run_processes`, the processes found by the run's marker) are read when step `--from-step`'s
 metrics are logged and again at step `--to-step`'s; the difference over the steps between is each process
 kind's CPU per step, beside the wall time per step. On a machine of two cores this says what a step is made
 of: the model's own work (vLLM's worker, the training workers) against the per-request work of veRL's
 rollout path (agent loop, HTTP server, reward worker, load balancer, TransferQueue). The launcher's start-up
-lines (phases to the end of step 1, CPU by process by then) go into `cpu_by_process.json` too.
+lines (phases to the end of step 1, CPU by process by then) go into `cpu_by_process.json` too, with when each
+kind of process started, in seconds after the driver (`run_processes.start_order`): the set-up as a timeline,
+which shows which part waited for which.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from step_time_vs_trl import PROJECT_RUNS, RECIPES, launch_lines
 
 from verl_prime_lora.demo import chain_task
 from verl_prime_lora.demo.learning_run import ESTIMATORS, run_learning
-from verl_prime_lora.run_processes import RUN_MARKER, cpu_seconds_by_name
+from verl_prime_lora.run_processes import RUN_MARKER, cpu_by_name, run_processes, start_order
 
 
 def per_step(before: dict[str, float], after: dict[str, float], steps: int) -> dict[str, float]:
@@ -81,13 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             done.set()
 
+    log = workdir / "main_ppo.log"
+    log.unlink(missing_ok=True)  # a previous launch's log would show its steps before this launch has any
     runner = threading.Thread(target=launch)
     runner.start()
-    log = workdir / "main_ppo.log"
     first_at = wait_for_step(log, args.from_step, done)
-    before = cpu_seconds_by_name(run_id)
+    processes = run_processes(run_id)
+    if first_at is not None and not processes:
+        done.wait()
+        raise SystemExit(f"step {args.from_step} was logged but no process of the run was found; see {log}")
+    before = cpu_by_name(processes)
     last_at = wait_for_step(log, args.to_step, done)
-    after = cpu_seconds_by_name(run_id)
+    after = cpu_by_name(run_processes(run_id))
     runner.join()
     if first_at is None or last_at is None:
         raise SystemExit(f"the run ended before step {args.to_step}; see {log}")
@@ -101,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s_per_step": sum(rates.values()),
         "cpu_s_per_step_by_process": rates,
         "start_up": launch_lines(log),
+        "started_s_after_driver": start_order(processes),
     }
     print(f"steps {args.from_step}-{args.to_step}: wall {report['wall_s_per_step']:.2f} s/step, ", end="")
     print(f"CPU {report['cpu_s_per_step']:.2f} s/step")
     for name, seconds in rates.items():
         if seconds >= 0.01:
             print(f"  {seconds:6.2f}  {name}")
+    print("each process kind's first start, s after the driver's:")
+    print("  " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in report["started_s_after_driver"].items()))
     (out / "cpu_by_process.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"json: {out / 'cpu_by_process.json'}")
     return 0

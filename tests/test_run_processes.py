@@ -6,7 +6,14 @@ import sys
 import time
 import uuid
 
-from verl_prime_lora.run_processes import RUN_MARKER, cpu_seconds_by_name, process_name
+from verl_prime_lora.run_processes import (
+    RUN_MARKER,
+    RunProcess,
+    cpu_seconds_by_name,
+    process_name,
+    run_processes,
+    start_order,
+)
 
 
 def test_process_names_are_the_titles_a_person_recognises():
@@ -35,5 +42,38 @@ def test_cpu_is_summed_over_the_marked_processes_only():
         assert 0.8 <= seconds["python -c"] < 3.0
     finally:
         for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_start_order_is_each_kinds_first_start_after_the_runs_first_process():
+    processes = [
+        RunProcess(3, "VLLM::Worker", started_s=140.5, cpu_s=1.0),
+        RunProcess(1, "verl.trainer.main_ppo", started_s=100.0, cpu_s=7.0),
+        RunProcess(4, "ray::WorkerDict", started_s=121.0, cpu_s=8.0),
+        RunProcess(2, "ray::WorkerDict", started_s=120.0, cpu_s=8.0),
+    ]
+    order = start_order(processes)
+    assert order == {"verl.trainer.main_ppo": 0.0, "ray::WorkerDict": 20.0, "VLLM::Worker": 40.5}
+    assert list(order) == ["verl.trainer.main_ppo", "ray::WorkerDict", "VLLM::Worker"]
+    assert start_order([]) == {}
+
+
+def test_a_later_child_is_read_as_starting_later():
+    run_id = uuid.uuid4().hex
+    env = {**os.environ, RUN_MARKER: run_id}
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    time.sleep(0.5)
+    second = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while len(found := run_processes(run_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        by_name = {process.name: process for process in found}
+        assert set(by_name) == {"python -c", "sleep"}
+        assert 0.3 <= by_name["sleep"].started_s - by_name["python -c"].started_s < 5.0
+        assert list(start_order(found)) == ["python -c", "sleep"]
+    finally:
+        for child in (first, second):
             child.kill()
             child.wait()

@@ -10,7 +10,8 @@ ends (normal exit, an exception, SIGINT, SIGTERM, SIGKILL), the watcher kills wh
 left, so no Ray daemon or vLLM engine outlives it by more than a few seconds. A run on an external Ray
 cluster (`ray start`) is not touched there: its raylet and workers do not carry the driver's environment.
 
-`cpu_seconds_by_name` counts the CPU seconds a run's live processes have used so far, by process.
+`cpu_seconds_by_name` counts the CPU seconds a run's live processes have used so far, by process; `start_order`
+says when each kind of process started.
 Nothing here imports Ray, torch or veRL.
 """
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 RUN_MARKER = "VERL_PRIME_LORA_RUN_ID"
@@ -61,21 +63,57 @@ def process_name(cmdline: list[str]) -> str:
     return Path(scripts[0] if scripts else head).name
 
 
-def cpu_seconds_by_name(run_id: str) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by the run's live processes, summed by `process_name`,
-    largest first. Processes that have already exited are not counted."""
+@dataclass(frozen=True)
+class RunProcess:
+    """One live process of a run: its `process_name`, when it started (seconds since boot) and the CPU
+    seconds (user + system) it has used so far."""
+
+    pid: int
+    name: str
+    started_s: float
+    cpu_s: float
+
+
+def run_processes(run_id: str) -> list[RunProcess]:
+    """The run's live processes, read from /proc (one that exits meanwhile is left out)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
+    found = []
     for pid in pids_with_marker(run_id):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            seconds = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+            # stat fields after the name, from 0: utime 11, stime 12, starttime 19 (clock ticks)
+            cpu_s, started_s = (int(stat[11]) + int(stat[12])) / ticks, int(stat[19]) / ticks
         except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
             continue
-        name = process_name([part for part in cmdline if part])
-        totals[name] = totals.get(name, 0.0) + seconds
+        found.append(RunProcess(pid, process_name([part for part in cmdline if part]), started_s, cpu_s))
+    return found
+
+
+def cpu_seconds_by_name(run_id: str) -> dict[str, float]:
+    """CPU seconds used so far by the run's live processes, summed by `process_name`, largest first.
+    Processes that have already exited are not counted."""
+    return cpu_by_name(run_processes(run_id))
+
+
+def cpu_by_name(processes: list[RunProcess]) -> dict[str, float]:
+    """The processes' CPU seconds summed by name, largest first."""
+    totals: dict[str, float] = {}
+    for process in processes:
+        totals[process.name] = totals.get(process.name, 0.0) + process.cpu_s
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def start_order(processes: list[RunProcess]) -> dict[str, float]:
+    """When each process kind's first process started, in seconds after the run's first process, in order
+    of starting: a run's set-up read as a timeline (which part waited for which)."""
+    first: dict[str, float] = {}
+    for process in processes:
+        first[process.name] = min(first.get(process.name, process.started_s), process.started_s)
+    if not first:
+        return {}
+    origin = min(first.values())
+    return {name: started - origin for name, started in sorted(first.items(), key=lambda item: item[1])}
 
 
 def is_gone(pid: int) -> bool:
