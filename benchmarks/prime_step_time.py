@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-BENCH_MARKER = "PRIME_BENCH_RUN"
+from verl_prime_lora.run_processes import RUN_MARKER, pids_with_marker
 
 
 def has_cuda() -> bool:
@@ -53,22 +53,18 @@ class PoolMemorySampler(threading.Thread):
 
     def __init__(self, run_id: str):
         super().__init__(daemon=True)
-        self.needle = f"{BENCH_MARKER}={run_id}".encode()
+        self.run_id = run_id
         self.peak_gb = 0.0
         self.stop = threading.Event()
 
     def _pool_rss(self) -> float:
         total = 0
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
+        for pid in pids_with_marker(self.run_id):
             try:
-                if self.needle not in (entry / "environ").read_bytes().split(b"\0"):
-                    continue
-                cmd = (entry / "cmdline").read_bytes()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
                 if b"WorkerDict" not in cmd and b"TrainingWorker" not in cmd:
                     continue
-                for line in (entry / "status").read_text().splitlines():
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024
             except OSError:
@@ -86,7 +82,7 @@ def run(name: str, overrides: list[str], workdir: Path, timeout_s: float) -> dic
 
     run_id = uuid.uuid4().hex
     metrics_path = workdir / f"{name}.jsonl"
-    env = {BENCH_MARKER: run_id, "VERL_FILE_LOGGER_PATH": str(metrics_path)}
+    env = {RUN_MARKER: run_id, "VERL_FILE_LOGGER_PATH": str(metrics_path)}
     sampler = PoolMemorySampler(run_id)
     sampler.start()
     t0 = time.time()
