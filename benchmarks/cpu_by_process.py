@@ -27,7 +27,7 @@ from pathlib import Path
 from step_time_vs_trl import PROJECT_RUNS, RECIPES, launch_lines
 
 from verl_prime_lora.demo import chain_task
-from verl_prime_lora.demo.learning_run import ESTIMATORS, run_learning
+from verl_prime_lora.demo.learning_run import ESTIMATORS, follow_metrics, run_learning
 from verl_prime_lora.run_processes import RUN_MARKER, cpu_by_name, run_processes, start_order
 
 
@@ -36,16 +36,6 @@ def per_step(before: dict[str, float], after: dict[str, float], steps: int) -> d
     between them counts from zero; one that ended is left out: its seconds are no longer readable)."""
     rates = {name: (seconds - before.get(name, 0.0)) / steps for name, seconds in after.items()}
     return dict(sorted(rates.items(), key=lambda item: -item[1]))
-
-
-def wait_for_step(log: Path, step: int, done: threading.Event) -> float | None:
-    """The time step `step`'s metrics line appears in `log` (None if the run ends first)."""
-    marker = f"step:{step} - "
-    while not done.is_set():
-        if log.is_file() and marker in log.read_text(errors="replace"):
-            return time.monotonic()
-        time.sleep(0.2)
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,21 +73,23 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             done.set()
 
-    log = workdir / "main_ppo.log"
-    log.unlink(missing_ok=True)  # a previous launch's log would show its steps before this launch has any
+    log, metrics = workdir / "main_ppo.log", workdir / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)  # a previous launch's steps would be read as this launch's
     runner = threading.Thread(target=launch)
     runner.start()
-    first_at = wait_for_step(log, args.from_step, done)
-    processes = run_processes(run_id)
-    if first_at is not None and not processes:
-        done.wait()
-        raise SystemExit(f"step {args.from_step} was logged but no process of the run was found; see {log}")
-    before = cpu_by_name(processes)
-    last_at = wait_for_step(log, args.to_step, done)
-    after = cpu_by_name(run_processes(run_id))
+    readings = {}  # step -> (when its metrics were logged, the run's processes then)
+    for step, _ in follow_metrics(metrics, done.is_set, poll_s=0.2):
+        if step in (args.from_step, args.to_step):
+            readings[step] = (time.monotonic(), run_processes(run_id))
+        if step == args.to_step:
+            break
     runner.join()
-    if first_at is None or last_at is None:
+    if set(readings) != {args.from_step, args.to_step}:
         raise SystemExit(f"the run ended before step {args.to_step}; see {log}")
+    (first_at, processes), (last_at, later) = readings[args.from_step], readings[args.to_step]
+    if not processes:
+        raise SystemExit(f"step {args.from_step} was logged but no process of the run was found; see {log}")
+    before, after = cpu_by_name(processes), cpu_by_name(later)
     steps = args.to_step - args.from_step
     rates = per_step(before, after, steps)
     report = {
