@@ -3,7 +3,9 @@
 The plan (a JSON file committed with its pre-registration, before any run) fixes the task, the arms, the run
 order and the endpoint:
 
-    {"task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"]},
+    {"task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"],
+              "recipes": ["prime_lora_colocated", "cpu"]},   # optional: the +recipe=[...] list (default: the demo's)
+     "arms": {"grpo": ["algorithm.adv_estimator=grpo", ...]},  # optional: each arm's overrides (default: learning.ARMS)
      "endpoint_steps": [4, 6, 8],          # the endpoint: mean greedy validation accuracy over these evaluations
      "primary": ["prime_grpo_ungated", "grpo"],   # the one test: first arm minus second
      "secondary": [["prime_grpo_ungated", "prime_grpo_shuffled"]],   # optional: further pairs, reported as such
@@ -12,23 +14,28 @@ order and the endpoint:
 A run entry with `"from": "<path relative to the plan>"` is an earlier study's run reused as it is (named in the
 pre-registration); `run` never starts it and `analyse` reads it from there.
 
-    python benchmarks/study.py run PLAN [--work DIR]     # every run not yet in the results, in the plan's order
+    python benchmarks/study.py run PLAN [--work DIR] [--jobs N]   # every run not yet in, in the plan's order
     python benchmarks/study.py analyse PLAN              # once every run is in: the test, written and printed
 
 `run` writes each finished run to `runs/<arm>_seed<seed>.json` beside the plan (its validation per step, its
-wall clock, its exit code) and can be stopped and restarted: a run already written is not run again. The
-warm start and checkpoints go to `--work` (default `benchmarks/out/<plan folder name>`).
+wall clock, its exit code, the commit it ran and when it started) and can be stopped and restarted: a run already
+written is not run again. `--jobs 2` keeps two runs going at once, started in the plan's order. The warm start
+and checkpoints go to `--work` (default `benchmarks/out/<plan folder name>`).
 `analyse` refuses to run before every planned run has its file, and writes `analysis.json`: each run's
-endpoint, each arm's mean with its 95 % t interval, and for the primary pair the difference with its 95 %
-Welch interval and a two-sided permutation p (`evidence`). A run that failed (exit code ≠ 0, or an endpoint
+endpoint, each arm's mean with its 95 % t interval and its count of runs that went off (greedy validation at
+the last step below that at step 0), and for the primary pair the difference with its 95 % Welch interval and a
+two-sided permutation p (`evidence`). A run that failed (exit code ≠ 0, or an endpoint
 evaluation missing) is reported and kept out, never rerun by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evidence import mean_ci95, permutation_p, welch_ci95
@@ -54,16 +61,28 @@ def compare(by_arm: dict[str, dict[int, float]], first: str, second: str) -> dic
     }
 
 
-def run_all(plan_path: Path, work: Path) -> int:
+def source_commit() -> str:
+    """The commit the runs come from (`+dirty` when the checkout has uncommitted changes)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
     plan = json.loads(plan_path.read_text())
     task = plan["task"]
+    arms = plan.get("arms", ARMS)
+    recipes = {"recipes": tuple(task["recipes"])} if "recipes" in task else {}
     assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
-    for index, entry in enumerate(plan["runs"]):
+    commit = source_commit()
+
+    def one(index: int, entry: dict) -> None:
         arm, seed = entry["arm"], int(entry["seed"])
-        path = run_file(plan_path, entry)
-        if path.exists() or "from" in entry:
-            continue
         print(f"== run {index + 1}/{len(plan['runs'])}: {arm}, seed {seed}", flush=True)
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         run = run_learning(
             arm,
             assets,
@@ -72,20 +91,38 @@ def run_all(plan_path: Path, work: Path) -> int:
             task["test_freq"],
             overrides=list(task.get("overrides", [])),
             seed=seed,
-            estimator=ARMS[arm],
+            estimator=arms[arm],
+            **recipes,
         )
+        path = run_file(plan_path, entry)
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "arm": arm,
             "seed": seed,
             "order": index,
+            "commit": commit,
+            "started": started,
             "returncode": run.returncode,
             "val_accuracy": dict(run.val_accuracy()),
             "wall_s": run.wall,
             "steps": run.steps,
         }
         path.write_text(json.dumps(record, indent=1) + "\n")
+
+    todo = [(i, e) for i, e in enumerate(plan["runs"]) if "from" not in e and not run_file(plan_path, e).exists()]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(one, index, entry) for index, entry in todo]:
+            future.result()
     return 0
+
+
+def went_off(record: dict) -> bool | None:
+    """Did a run end below where it started (greedy validation at its last evaluation < at step 0)? None when it
+    has no step-0 evaluation or no later one."""
+    val = {int(step): value for step, value in record["val_accuracy"].items()}
+    if record["returncode"] != 0 or 0 not in val or len(val) < 2:
+        return None
+    return val[max(val)] < val[0]
 
 
 def endpoint(record: dict, steps: list[int]) -> float | None:
@@ -103,15 +140,21 @@ def analyse(plan_path: Path) -> dict:
         raise SystemExit(f"{len(missing)} planned runs have no result yet (first: {missing[0]}); run them first.")
     steps = [int(step) for step in plan["endpoint_steps"]]
     by_arm: dict[str, dict[int, float]] = {}
+    off: dict[str, list[int]] = {}
     failed = []
     for entry in plan["runs"]:
         record = json.loads(run_file(plan_path, entry).read_text())
+        if went_off(record):
+            off.setdefault(entry["arm"], []).append(int(entry["seed"]))
         value = endpoint(record, steps)
         if value is None:
             failed.append({"arm": entry["arm"], "seed": entry["seed"], "returncode": record["returncode"]})
         else:
             by_arm.setdefault(entry["arm"], {})[int(entry["seed"])] = value
-    arms = {arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v} for arm, v in by_arm.items()}
+    arms = {
+        arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v, "went_off": off.get(arm, [])}
+        for arm, v in by_arm.items()
+    }
     result = {
         "endpoint": f"mean greedy validation accuracy at steps {steps}",
         "arms": arms,
@@ -129,15 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["run", "analyse"])
     parser.add_argument("plan", type=Path)
     parser.add_argument("--work", type=Path, help="warm start and checkpoints (default benchmarks/out/<plan folder>)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each a main_ppo of its own)")
     args = parser.parse_args(argv)
     plan = args.plan.resolve()
     if args.action == "run":
         work = (args.work or Path("benchmarks/out") / plan.parent.name).resolve()
-        return run_all(plan, work)
+        return run_all(plan, work, args.jobs)
     result = analyse(plan)
     for arm, stats in result["arms"].items():
         mean, low, high = stats["mean_ci95"]
-        print(f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds")
+        print(
+            f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds; "
+            f"went off: {len(stats['went_off'])} (seeds {stats['went_off']})"
+        )
     for label, pair in [("primary", result["primary"])] + [("secondary", p) for p in result.get("secondary", [])]:
         diff, low, high = pair["welch_ci95"]
         print(

@@ -118,3 +118,55 @@ def test_a_reused_run_is_read_from_its_study_and_never_started(plan_path, calls,
             "permutation_p": pytest.approx(evidence.permutation_p(shuffled, grpo)),
         }
     ]
+
+
+def test_a_plan_names_its_arms_and_recipes_and_runs_two_at_once(plan_path, monkeypatch, tmp_path):
+    """A plan's own `arms` and `task.recipes` reach every run; `jobs=2` still starts each planned run once; each
+    run file records the commit and start time it ran with."""
+    plan = json.loads(plan_path.read_text())
+    plan["task"]["recipes"] = ["prime_lora_colocated", "cpu"]
+    plan["arms"] = {"grpo": ["a=1"], "prime_grpo_ungated": ["b=2"]}
+    plan_path.write_text(json.dumps(plan))
+    seen = []
+
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, recipes):
+        seen.append((arm, seed, tuple(estimator), recipes))
+        return fake_run(arm, seed, 0.4)
+
+    monkeypatch.setattr(study, "run_learning", run_learning)
+    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {})
+    assert study.run_all(plan_path, tmp_path / "work", jobs=2) == 0
+    expected = {
+        (e["arm"], e["seed"], ("a=1",) if e["arm"] == "grpo" else ("b=2",), ("prime_lora_colocated", "cpu"))
+        for e in PLAN["runs"]
+    }
+    assert sorted(seen) == sorted(expected) and len(seen) == len(PLAN["runs"])
+    record = json.loads(study.run_file(plan_path, PLAN["runs"][0]).read_text())
+    assert len(record["commit"].removesuffix("+dirty")) == 40 and record["started"].startswith("20")
+
+
+@pytest.mark.parametrize(
+    ("val", "returncode", "off"),
+    [
+        ({"0": 0.30, "4": 0.50, "8": 0.29}, 0, True),
+        ({"0": 0.30, "4": 0.10, "8": 0.30}, 0, False),  # level at the last step is not off
+        ({"4": 0.10, "8": 0.05}, 0, None),  # no step-0 evaluation
+        ({"0": 0.30, "8": 0.10}, 1, None),  # a failed run is not judged
+    ],
+)
+def test_a_run_went_off_when_its_last_validation_is_below_its_first(val, returncode, off):
+    assert study.went_off({"val_accuracy": val, "returncode": returncode}) is off
+
+
+def test_the_analysis_counts_the_runs_that_went_off(plan_path, monkeypatch, tmp_path):
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator):
+        run = fake_run(arm, seed, 0.4)
+        if (arm, seed) == ("prime_grpo_ungated", 2):
+            run.steps[8] = {next(iter(run.steps[0])): 0.1}
+        return run
+
+    monkeypatch.setattr(study, "run_learning", run_learning)
+    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {})
+    study.run_all(plan_path, tmp_path / "work")
+    arms = study.analyse(plan_path)["arms"]
+    assert arms["prime_grpo_ungated"]["went_off"] == [2] and arms["grpo"]["went_off"] == []
