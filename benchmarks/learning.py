@@ -6,8 +6,8 @@ Each run is a real `main_ppo` (LoRA actor, vLLM-CPU rollouts, veRL's greedy vali
 estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimator changes:
 
 * `grpo`              veRL's sync trainer, no PRM (the baseline);
-* `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default), with
-                      the recipe's process gate (`algorithm.prime.process_gate: null`: none);
+* `prime_grpo`        PRIME, length-free process advantage (`process_norm: sequence`, the default),
+                      ungated, as the demo's `DEMO_OVERRIDES` set it;
 * `prime_grpo_gated`  the same gated (`process_gate=0.75`): the process term waits for a PRM that ranks;
 * `prime_grpo_ungated` the same with `process_gate=null` whatever the recipe says;
 * `prime_grpo_token`  PRIME with the seed's formula (`process_norm: token`);

@@ -53,7 +53,8 @@ PRM_ARGS=(
   # Ours, not the seed's: the length-free process advantage. `=token` is the seed's exact formula, whose
   # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see docs/math.md.
   algorithm.prime.process_norm=sequence
-  # The seed's: the process term at full weight from step 1 (`=0.75` waits until the PRM ranks fresh responses
-  # better than chance: 0 at chance, full from 0.75 pairwise accuracy).
-  algorithm.prime.process_gate=null
+  # Ours, not the seed's (which has the term at full weight from step 1, `=null`): the term waits until the PRM
+  # ranks fresh responses better than chance (0 at chance, full from 0.75); a pre-registered study chose it
+  # (docs/findings.md, "The seed recipe's PRM settings in bf16").
+  algorithm.prime.process_gate=0.75
 )

@@ -281,7 +281,8 @@ class AdvantageConfig(_Section):
         process_std_threshold: `prime_grpo`: no process term in groups whose std is below this; >= 0
             (the seed: 1e-2).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
-            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card).
+            (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card). 0.75: the rule
+            of a pre-registered study of the recipe's PRM settings in bf16 (docs/findings.md).
         whiten_advantages: masked whitening of the final advantage over the batch (as PRIME's code).
         epsilon: the std epsilon (as veRL's grpo); >= 0.
     """
@@ -292,7 +293,7 @@ class AdvantageConfig(_Section):
     process_coef: float = 1.0
     process_norm: str = "sequence"
     process_std_threshold: float = 0.01
-    process_gate: Optional[float] = None
+    process_gate: Optional[float] = 0.75
     whiten_advantages: bool = False
     epsilon: float = 1e-6
 

@@ -8,7 +8,7 @@ file only. The demo (`python -m verl_prime_lora.demo`, run as written by `tests/
 `benchmarks/learning.py` both run through `run_learning`.
 
 Estimators compared (`ESTIMATORS`): `grpo` (veRL's sync trainer, no PRM), `prime_grpo` (length-free
-process advantage, with the recipe's process gate: none), `prime_grpo_gated` (the same, gated by the PRM's
+process advantage, ungated as the demo's `DEMO_OVERRIDES` set it), `prime_grpo_gated` (the same, gated by the PRM's
 held-out pairwise accuracy, full at 0.75), `prime_grpo_ungated` (the gate off whatever the recipe says),
 `prime_grpo_token` (the seed's formula) and `prime_rloo` (the paper's). Runs recorded under `prime_grpo`,
 `prime_grpo_token` and `prime_rloo` before the recipe dropped the gate had it at 0.75 (docs/findings.md).
@@ -78,6 +78,9 @@ DEMO_OVERRIDES = [
     # adds to the policy. With the frozen init as reference the policy's own shift, which RL points at the
     # wrong answers it still samples (prm/policy_dpo_acc_mixed < ½), leaks into z and inverts the ranking.
     "prime.prm.reference=policy",
+    # The demo's process term at full weight: its own pre-registered study (fp32, these PRM settings) kept it ungated;
+    # the GPU recipe's gate (0.75) came from a study of the recipe's PRM settings in bf16 (docs/findings.md).
+    "algorithm.prime.process_gate=null",
     "prime.prm.optim.lr=5e-5",
     # Three passes over each batch (`update: before`: the rewards come from the PRM after them): the PRM ranked
     # right above wrong better than with one pass or a 4x larger lr (docs/findings.md).
