@@ -79,3 +79,59 @@ def test_the_thread_logs_what_it_finds(monkeypatch):
     finally:
         dog.stop()
     assert logged and logged[0].startswith("PRIME: step 7 has run 600 s")
+
+
+def test_the_set_up_is_watched_past_the_floor_and_not_counted_as_a_step(watched):
+    dog, clock = watched
+    dog.begin_setup("building the worker groups", "Ray actors")
+    dog.enter("the first weight sync", "the checkpoint engine")
+    clock.now += sw.FLOOR_S - 1
+    assert dog.overdue_message() is None
+    clock.now += 1
+    message = dog.overdue_message()
+    assert message.startswith(f"PRIME: the set-up has run {sw.FLOOR_S:.0f} s (no step finished yet)")
+    assert "in the first weight sync, waiting on the checkpoint engine" in message
+    assert "if the set-up's time doubles" in message
+    dog.end_setup()
+    assert dog.usual_step_s() is None and dog.overdue_message() is None
+
+
+def test_the_trainers_set_up_runs_under_the_watchdog_until_the_first_weight_sync_ends(monkeypatch):
+    """`init` starts the watchdog on the set-up before veRL's own; `on_init_end` names the first weight sync while
+    veRL's sync runs, and ends the set-up after it."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from verl_prime_lora.integration import trainer as trainer_module
+
+    seen = []
+
+    class Dog:
+        def start(self):
+            seen.append("start")
+
+        def begin_setup(self, phase, waits_on):
+            seen.append(("setup", phase))
+
+        def enter(self, phase, waits_on):
+            seen.append(("enter", phase))
+
+        def end_setup(self):
+            seen.append("end")
+
+    def verl_init(self):
+        seen.append("verl init")
+        self.on_init_end()
+
+    monkeypatch.setattr(PPOTrainerSync, "init", verl_init)
+    monkeypatch.setattr(PPOTrainerSync, "on_init_end", lambda self: seen.append("verl first sync"))
+    trainer = trainer_module.PrimeTrainerSync.__new__(trainer_module.PrimeTrainerSync)
+    trainer.watchdog = Dog()
+    trainer.init()
+    assert seen == [
+        "start",
+        ("setup", "building the worker groups and the vLLM replicas"),
+        "verl init",
+        ("enter", "the first weight sync"),
+        "verl first sync",
+        "end",
+    ]

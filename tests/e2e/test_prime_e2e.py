@@ -18,6 +18,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
 5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
    and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
+6. `inverted_prm`: 13 steps of a PRM trained on labels that contradict the outcome; the run's alarm must name it.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
 taken from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the
@@ -57,13 +58,14 @@ from loop_runs import (
 
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
+from verl_prime_lora.integration.prm_alarm import WARMUP_STEPS
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
 # `make test` runs the e2e tier on two pytest-xdist workers: the tests of one run stay on one worker, which makes
 # the run once (module-scoped fixtures are per worker)
-FIRST_RUN, SPLIT_RUN, RANK_PAIR_RUN, FROZEN_REFERENCE_RUN = (
-    pytest.mark.xdist_group(name) for name in ("first", "split", "rank_pair", "frozen_reference")
+FIRST_RUN, SPLIT_RUN, RANK_PAIR_RUN, FROZEN_REFERENCE_RUN, INVERTED_PRM_RUN = (
+    pytest.mark.xdist_group(name) for name in ("first", "split", "rank_pair", "frozen_reference", "inverted_prm")
 )
 
 TEST_REWARD = Path(__file__).with_name("prime_label_reward.py")
@@ -567,6 +569,45 @@ def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_refe
         assert step["prm/process_gate"] == 1.0
         assert step["prm/advantage/process_abs_mean"] > 0 and step["prm/advantage/outcome_abs_mean"] > 0
         assert "prm/process_groups_on" not in step  # the leave-one-out process part has no std threshold
+
+
+@pytest.fixture(scope="module")
+def inverted_prm(workdir, tiny_assets):
+    """A PRM trained on labels that contradict the outcome (`flipped_label_reward.py`: its label is 1 − acc), past
+    the alarm's warm-up: it ranks fresh responses with the right outcome below the wrong ones."""
+    return _run(
+        workdir,
+        tiny_assets,
+        "inverted_prm",
+        f"reward.custom_reward_function.path={Path(__file__).with_name('flipped_label_reward.py')}",
+        "prime.prm.label_key=prm_label",
+        "prime.prm.optim.lr=1e-3",
+        "prime.prm.epochs=2",
+        "actor_rollout_ref.rollout.n=4",
+        "data.train_batch_size=8",  # more groups a step: a steadier held-out ranking
+        f"trainer.total_training_steps={WARMUP_STEPS + 3}",
+        "trainer.save_freq=-1",
+    )
+
+
+@INVERTED_PRM_RUN
+def test_a_prm_ranking_right_answers_below_wrong_ones_is_named(inverted_prm):
+    """The alarm (`integration.prm_alarm`): `prm/alert/ranking` is 1 exactly at the steps past the warm-up whose running
+    mean of the held-out ranking is at or below ½ (none during the warm-up), the inverted PRM gets there, and each
+    episode prints one warning naming the metric and the overrides. The PRM did learn its flipped labels: on the
+    batch it has just trained on it ranks the outcome inverted (`prm/dpo_acc`, against the outcome, far below ½)."""
+    steps = inverted_prm["steps"]
+    assert len(steps) == WARMUP_STEPS + 3
+    emas = [step["prm/dpo_acc_before_mixed_ema"] for step in steps]
+    expected = [float(index + 1 >= WARMUP_STEPS and ema <= 0.5) for index, ema in enumerate(emas)]
+    assert [step["prm/alert/ranking"] for step in steps] == expected, emas
+    assert sum(expected) >= 1, emas
+    episodes = sum(1 for before, now in zip([0.0, *expected], expected) if now and not before)
+    log = inverted_prm["log"].read_text()
+    warnings = re.findall(r"PRIME: the PRM ranks fresh responses at or below chance.*", log)
+    assert len(warnings) == episodes, warnings
+    assert "prm/dpo_acc_before_mixed is 0." in warnings[0] and "prime.prm.reference=policy" in warnings[0]
+    assert sum(step["prm/dpo_acc"] for step in steps) / len(steps) < 0.3
 
 
 @FIRST_RUN

@@ -412,6 +412,21 @@ def labels_from_extra_fields(extra_fields: list[Any], unlabelled: list[bool], la
     return torch.tensor(labels, dtype=torch.float32)
 
 
+# reward_extra_info key of the outcome accuracy, as veRL's validation reads it (`val-core/<source>/acc`)
+OUTCOME_KEY = "acc"
+
+
+def outcome_labels(extra_fields: list[Any], unlabelled: list[bool], labels: torch.Tensor) -> torch.Tensor:
+    """The outcome per row that the PRM's rankings are measured against: `reward_extra_info["acc"]` where every
+    labelled row has it, else the PRM's own labels. With the default `prime.prm.label_key=acc` the two are one;
+    with another label key the rankings (and the gate and the alarm that read them) still ask whether the PRM
+    orders right answers above wrong ones."""
+    infos = [reward_extra_info(fields) for fields, skip in zip(extra_fields, unlabelled, strict=True) if not skip]
+    if not all(OUTCOME_KEY in info for info in infos):
+        return labels
+    return labels_from_extra_fields(extra_fields, unlabelled, OUTCOME_KEY)
+
+
 def labelled_rows(lengths: list[int], unlabelled: list[bool]) -> torch.Tensor:
     """(B,) 1.0 for the rows the PRM trains on and is measured on (a response and a label), else 0.0."""
     return torch.tensor([float(n > 0 and not skip) for n, skip in zip(lengths, unlabelled, strict=True)])

@@ -83,6 +83,7 @@ from verl_prime_lora.integration.checkpoint_files import (
     saving_without_removal,
     space_error,
 )
+from verl_prime_lora.integration.prm_alarm import PrmAlarm
 from verl_prime_lora.integration.prm_worker import (
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -95,6 +96,7 @@ from verl_prime_lora.integration.prm_worker import (
     log_prob_meta,
     model_dropout,
     nested_rows,
+    outcome_labels,
     read_response_log_probs,
     unlabelled_rows,
     update_forward_is_pre_update,
@@ -129,6 +131,7 @@ class StepRows:
     labelled: torch.Tensor  # (B,) 1.0 / 0.0
     lengths: list[int]
     reward_infos: list[dict]  # each row's reward_extra_info (for `prime.process_rewards_fn`)
+    outcomes: torch.Tensor | None = None  # (B,) the outcome accuracy the rankings are measured against
     response_mask_nested: torch.Tensor | None = None  # veRL's nested response mask, for the write-back
 
 
@@ -184,6 +187,10 @@ class PrimeTrainerMixin:
         self.prm: ImplicitPRM | None = None
         self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
+        advantage = self.run.advantage
+        self.prm_alarm = PrmAlarm(
+            str(self.run.verl.algorithm.adv_estimator), advantage.process_gate, advantage.process_std_threshold
+        )
         self.watchdog = StepWatchdog()  # a step far past its usual time is logged with its phase
 
     # -------------------------------------------------------------------------------------------
@@ -316,6 +323,22 @@ class PrimeTrainerMixin:
         managers = (getattr(self, "llm_server_manager", None), getattr(self, "standalone_server_manager", None))
         return [address for manager in managers if manager is not None for address in manager.server_addresses]
 
+    def init(self):
+        """veRL's set-up, watched like a step: a stall before step 1 (a worker or a vLLM replica that never comes up,
+        a first weight sync that hangs) is named past `step_watchdog.FLOOR_S`."""
+        self.watchdog.start()
+        self.watchdog.begin_setup(
+            "building the worker groups and the vLLM replicas", "Ray actors loading the models and starting vLLM"
+        )
+        super().init()
+
+    def on_init_end(self):
+        self.watchdog.enter(
+            "the first weight sync", "the checkpoint engine shipping the actor's weights to the vLLM replicas"
+        )
+        super().on_init_end()
+        self.watchdog.end_setup()
+
     def on_train_begin(self):
         super().on_train_begin()
         self.watchdog.start()
@@ -412,11 +435,13 @@ class PrimeTrainerMixin:
             sum(label_unknown(fields) and not pad for fields, pad in zip(extra_fields, is_padding, strict=True))
         )
         lengths = info["response_mask"].offsets().diff().tolist()
+        labels = labels_from_extra_fields(extra_fields, unlabelled, self.run.prime.prm.label_key)
         return StepRows(
-            labels=labels_from_extra_fields(extra_fields, unlabelled, self.run.prime.prm.label_key),
+            labels=labels,
             labelled=labelled_rows(lengths, unlabelled),
             lengths=lengths,
             reward_infos=[reward_extra_info(fields) for fields in extra_fields],
+            outcomes=outcome_labels(extra_fields, unlabelled, labels),
         )
 
     def _prm_step(self, batch, step: StepRows, metrics: dict) -> tuple[DataProto, torch.Tensor]:
@@ -492,8 +517,18 @@ class PrimeTrainerMixin:
 
         # 4. token process rewards and the PRM metrics
         uid = data.non_tensor_batch["uid"]
+        outcomes = step.labels if step.outcomes is None else step.outcomes
         process_rewards, prm_metrics = prm_rewards_and_metrics(
-            prm_before, prm_used, ref_pad, mask, step.labels, uid, prime.prm.beta, update_metrics, step.labelled
+            prm_before,
+            prm_used,
+            ref_pad,
+            mask,
+            step.labels,
+            uid,
+            prime.prm.beta,
+            update_metrics,
+            step.labelled,
+            outcomes=outcomes,
         )
         check_finite(
             PrmConfig.KEY,
@@ -513,7 +548,7 @@ class PrimeTrainerMixin:
         if prime.diagnostics:
             policy = self._policy_log_probs_t1(data)
             prm_metrics.update(
-                prm_diagnostics(prm_used, ref_pad, mask, step.labels, uid, prime.prm.beta, step.labelled, policy)
+                prm_diagnostics(prm_used, ref_pad, mask, outcomes, uid, prime.prm.beta, step.labelled, policy)
             )
         metrics.update(prm_metrics)
         return data, process_rewards
@@ -563,6 +598,10 @@ class PrimeTrainerMixin:
         gate = process_gate_weight(self.prm_pairwise_ema, self.run.advantage.process_gate)
         metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
         metrics["prm/process_gate"] = gate
+        alerts, warnings = self.prm_alarm.check(metrics)
+        metrics.update(alerts)
+        for warning in warnings:
+            logger.warning(warning)
         advantage_inputs = (
             algorithm,
             data.batch["token_level_rewards"],
@@ -618,7 +657,9 @@ def refuse_multi_output_sessions(keys, is_padding) -> None:
             )
 
 
-def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None):
+def prm_rewards_and_metrics(
+    prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None, outcomes=None
+):
     """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
 
     `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
@@ -628,26 +669,29 @@ def prm_rewards_and_metrics(prm_before, prm_used, ref, mask, labels, uid, beta, 
     order. `labelled` (B,): 0 for rows without a PRM label (their reward failed): they get process rewards
     but count in no metric. `*_mixed`: over the groups holding a right and a wrong answer only.
     `prm/ranking_z[_before]`: the ranking's distance from chance in standard errors (`core_algos.prm_ranking_z`).
+    The loss and classification accuracy are measured against the PRM's `labels`; the rankings (`dpo_acc*`,
+    `ranking_z*`) against `outcomes` (B,), the outcome accuracy (`prm_worker.outcome_labels`; default `labels`).
     """
+    outcomes = labels if outcomes is None else outcomes
     label_mask = mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
     logits_before = prm_sequence_logits(prm_before, ref, label_mask, beta)
     metrics = {
         "prm/ce_loss": prm_bce_loss(logits_before, labels, label_mask).item(),
         "prm/classification_acc": prm_classification_accuracy(logits_before, labels, label_mask).item(),
-        "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, labels, uid, label_mask).item(),
+        "prm/dpo_acc_before": prm_pairwise_accuracy(logits_before, outcomes, uid, label_mask).item(),
         "prm/dpo_acc_before_mixed": prm_pairwise_accuracy(
-            logits_before, labels, uid, label_mask, mixed_only=True
+            logits_before, outcomes, uid, label_mask, mixed_only=True
         ).item(),
-        "prm/ranking_z_before": prm_ranking_z(logits_before, labels, uid, label_mask).item(),
+        "prm/ranking_z_before": prm_ranking_z(logits_before, outcomes, uid, label_mask).item(),
     }
     for key, value in (update_metrics or {}).items():
         name = "update_loss" if key == "loss" else key  # the worker's mean BCE over the update's mini-batches
         metrics[f"prm/{name}"] = value
     process_rewards = implicit_process_rewards(prm_used, ref, mask, beta)
     used_logits = process_rewards.sum(-1)
-    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask).item()
-    metrics["prm/dpo_acc_mixed"] = prm_pairwise_accuracy(used_logits, labels, uid, label_mask, mixed_only=True).item()
-    metrics["prm/ranking_z"] = prm_ranking_z(used_logits, labels, uid, label_mask).item()
+    metrics["prm/dpo_acc"] = prm_pairwise_accuracy(used_logits, outcomes, uid, label_mask).item()
+    metrics["prm/dpo_acc_mixed"] = prm_pairwise_accuracy(used_logits, outcomes, uid, label_mask, mixed_only=True).item()
+    metrics["prm/ranking_z"] = prm_ranking_z(used_logits, outcomes, uid, label_mask).item()
     metrics.update(process_reward_stats(process_rewards, label_mask, labels))
     return process_rewards, metrics
 
