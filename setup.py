@@ -2,8 +2,8 @@
 
 Requirements come in two layers:
 - ``install_requires`` (below) are *ranges*: what the plugin's own code needs, inside the ranges veRL 0.9.1
-  itself declares, so that installing this package (from a clone or its wheel; it is on no index:
-  docs/install.md) into an existing veRL 0.9.1 environment moves none of its packages. A lower bound marks a
+  itself declares, so that installing this package (from a checkout of this repository or its wheel; it is on
+  no index: docs/install.md) into an existing veRL 0.9.1 environment moves none of its packages. A lower bound marks a
   feature the code uses; an upper bound only a known break. The one exact pin is ``verl==0.9.1``: the plugin
   overrides private veRL hooks, which move between releases (tests/test_verl_canaries.py checks them).
 - ``constraints/cpu.txt`` is the *exact* set (``pip freeze``) this repository installs and tests on a CPU
@@ -38,7 +38,6 @@ setup(
     description="PRIME (Process Reinforcement through Implicit Rewards) as a veRL 0.9.1 plugin, LoRA actor",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    url="https://github.com/verl-prime-lora/verl-prime-lora",
     license="Apache-2.0",
     keywords=["reinforcement learning", "RLHF", "PRIME", "process reward model", "LoRA", "veRL", "LLM"],
     classifiers=[

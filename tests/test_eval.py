@@ -141,6 +141,7 @@ def test_pass_at_1_is_mean_over_problems_of_mean_over_samples():
 
 def test_checkpoint_step_and_lora_rank(tmp_path):
     assert ev.checkpoint_step("out/global_step_150/adapter") == 150
+    assert ev.checkpoint_step("card/checkpoint-500") == 500  # the card's adapters (TRL's folder names)
     assert ev.checkpoint_step(ev.BASE_LABEL) == 0
     for r, expected in ((4, 8), (32, 32), (33, 64)):
         adapter = tmp_path / f"r{r}"

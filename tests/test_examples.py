@@ -45,17 +45,13 @@ def test_baseline_overrides_compose_without_prm():
 
 
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
-# Keys of the seed overrides that name this machine's files, this run's length, its checkpoint and
-# validation cadence, or its logging: the recipe leaves them to the command line.
+# Keys of the seed overrides that name this machine's files or its logging: the recipe leaves them to the command
+# line. (The run's length, its checkpoint and validation cadence and its project are the recipe's, checked below.)
 RUN_SPECIFIC = {
     "data.train_files",
     "data.val_files",
     "actor_rollout_ref.model.path",
-    "trainer.total_training_steps",
-    "trainer.save_freq",
-    "trainer.test_freq",
     "trainer.logger",
-    "trainer.project_name",
 }
 
 
@@ -79,6 +75,18 @@ def test_recipe_alone_carries_every_seed_value(recipe):
         )
         checked += 1
     assert checked >= 25  # the guard against a parser that silently reads no override
+
+
+@pytest.mark.parametrize("recipe", ["prime_lora", "prime_lora_colocated"])
+def test_the_recipe_alone_is_the_seeds_run_length_with_saves_and_validation(recipe):
+    """`python -m verl.trainer.main_ppo +recipe=prime_lora ...`, the README's headline, runs the seed's 1500 steps
+    with a checkpoint and a validation every 50 (veRL's own defaults: 30 epochs, no checkpoint, no validation),
+    and its warm-up is 10 % of those 1500 steps. The CPU preset keeps the length and saves, not the validation."""
+    trainer = compose_ppo(f"+recipe={recipe}").trainer
+    assert (trainer.total_training_steps, trainer.save_freq, trainer.test_freq) == (1500, 50, 50)
+    assert compose_ppo(f"+recipe={recipe}").actor_rollout_ref.actor.optim.lr_warmup_steps_ratio == 0.1
+    cpu = compose_ppo(f"+recipe=[{recipe},cpu]").trainer
+    assert (cpu.total_training_steps, cpu.save_freq, cpu.test_freq) == (1500, 50, -1)
 
 
 def test_smoke_script_launches_the_colocated_cpu_recipe(tmp_path):

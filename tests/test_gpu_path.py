@@ -1,6 +1,7 @@
 """The seed's GPU-only paths, checked on CPU: the strategy every test runs, fp32 log-probs from a bf16 model, the
-packages the GPU path imports (refused before Ray with the fix), and the split placement's NCCL weight sync as far
-as it goes without a GPU (its module imports and builds its 1 + 1 topology)."""
+packages the GPU path imports and what only loading them shows, the visible GPUs and wandb's credentials (refused
+before Ray with the fix; the probes' results stood in for), and the split placement's NCCL weight sync as far as it
+goes without a GPU (its module imports and builds its 1 + 1 topology)."""
 
 import importlib
 import sys
@@ -12,7 +13,15 @@ from test_recipe_config import compose_ppo
 
 from verl_prime_lora.checks import environment_checks
 from verl_prime_lora.checks.config_checks import validate_prime_config
-from verl_prime_lora.checks.environment_checks import NCCL_CHECK, SDPA_OVERRIDES, check_environment
+from verl_prime_lora.checks.environment_checks import (
+    FLASH_ATTN_PROBE,
+    GPU_COUNT_PROBE,
+    NCCL_CHECK,
+    NCCL_PROBE,
+    SDPA_OVERRIDES,
+    WANDB_PROBE,
+    check_environment,
+)
 from verl_prime_lora.config.prime import PrimeConfigError
 from verl_prime_lora.config.verl_view import verl_view
 
@@ -20,9 +29,20 @@ SEED = ("+recipe=prime_lora", "actor_rollout_ref.model.path=/m")
 COLOCATED = ("+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m")
 
 
-def without(monkeypatch, *missing):
-    """`check_environment` on a machine where the named modules are not installed (and every other one is)."""
+def without(monkeypatch, *missing, **probed):
+    """`check_environment` on a machine where the named modules are not installed (and every other one is), and
+    where each probe passes with no output (no CUDA device is counted), unless `probed` gives its result by name:
+    flash_attn, nccl, gpus, wandb. Returns the probes that ran, by name."""
     monkeypatch.setattr(environment_checks, "installed", lambda module: module not in missing)
+    names = {FLASH_ATTN_PROBE: "flash_attn", NCCL_PROBE: "nccl", GPU_COUNT_PROBE: "gpus", WANDB_PROBE: "wandb"}
+    ran = []
+
+    def run_probe(code, timeout_s=None):
+        ran.append(names[code])
+        return probed.get(names[code], (True, ""))
+
+    monkeypatch.setattr(environment_checks, "run_probe", run_probe)
+    return ran
 
 
 # -- the strategy -----------------------------------------------------------------------------------------------
@@ -117,6 +137,105 @@ def test_the_driver_runs_the_environment_checks(monkeypatch):
     cfg = compose_ppo(*COLOCATED)
     with pytest.raises(PrimeConfigError, match=r"attn_implementation: is flash_attention_2"):
         verl_config.validate_config(cfg, use_reference_policy=False, use_critic=False)
+
+
+# -- what only loading shows, the visible GPUs, wandb: probed in a fresh interpreter -----------------------------
+
+
+def test_a_flash_attn_that_does_not_load_against_this_torch_is_refused(monkeypatch):
+    """Installed (find_spec passes) but built for another torch: `flash_attn_2_cuda` fails to import."""
+    broken = (False, "exit 1: ImportError: flash_attn_2_cuda.so: undefined symbol: _ZN3c10")
+    without(monkeypatch, flash_attn=broken)
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(verl_view(compose_ppo(*SEED)))
+    message = str(err.value)
+    assert message.startswith("actor_rollout_ref.model.override_config.attn_implementation: is flash_attention_2")
+    assert "undefined symbol" in message and "--no-build-isolation --no-cache-dir flash-attn==2.8.3" in message
+    assert SDPA_OVERRIDES in message
+    ran = without(monkeypatch, flash_attn=broken)
+    check_environment(verl_view(compose_ppo(*SEED, *SDPA_OVERRIDES.split())))
+    assert "flash_attn" not in ran  # sdpa: flash-attn is not probed
+
+
+def test_cupy_without_a_loadable_nccl_is_refused_with_the_library_path(monkeypatch):
+    without(monkeypatch, nccl=(False, "exit 1: RuntimeError: libnccl.so.2: cannot open shared object file"))
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(verl_view(compose_ppo(*SEED)))
+    message = str(err.value)
+    assert message.startswith("actor_rollout_ref.rollout.checkpoint_engine.backend: is nccl")
+    assert "libnccl.so.2" in message and "LD_LIBRARY_PATH" in message and "nvidia.nccl" in message
+    ran = without(monkeypatch, nccl=(False, "no"))
+    check_environment(verl_view(compose_ppo(*COLOCATED)))  # the in-process `naive` sync: no NCCL probed
+    assert "nccl" not in ran
+
+
+def test_fewer_visible_gpus_than_the_layout_is_refused(monkeypatch):
+    """The split recipe needs 2 GPUs (trainer pool 1 + vLLM 1); this machine shows 1."""
+    without(monkeypatch, gpus=(True, "1"))
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(verl_view(compose_ppo(*SEED)))
+    message = str(err.value)
+    assert message.startswith("trainer.n_gpus_per_node: the layout needs 2 GPUs")
+    assert "shows 1" in message and "+recipe=prime_lora_colocated" in message
+    without(monkeypatch, gpus=(True, "2"))
+    check_environment(verl_view(compose_ppo(*SEED)))
+    without(monkeypatch, gpus=(True, "1"))
+    check_environment(verl_view(compose_ppo(*COLOCATED)))  # one GPU holds the colocated recipe
+    # Ray given a GPU count (checked by checks.inputs.devices), several nodes, or a cluster to join: not counted here
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # (the tests' RAY_ADDRESS=local would keep Ray off that cluster)
+    for extra in ("+ray_kwargs.ray_init.num_gpus=2", "trainer.nnodes=2", "+ray_kwargs.ray_init.address=10.0.0.7:6379"):
+        ran = without(monkeypatch, gpus=(True, "1"))
+        check_environment(verl_view(compose_ppo(*SEED, extra)))
+        assert "gpus" not in ran, extra
+
+
+def test_wandb_without_credentials_is_refused_with_the_ways_out(monkeypatch):
+    without(monkeypatch, wandb=(False, "exit 1: no credentials for api.wandb.ai"))
+    with pytest.raises(PrimeConfigError) as err:
+        check_environment(verl_view(compose_ppo(*SEED, "trainer.logger=[console,wandb]")))
+    message = str(err.value)
+    assert message.startswith("trainer.logger: includes wandb")
+    assert "wandb login" in message and "WANDB_MODE=offline" in message and "trainer.logger=[console]" in message
+    ran = without(monkeypatch, wandb=(False, "no"))
+    check_environment(verl_view(compose_ppo(*SEED, "trainer.logger=[console]")))
+    assert "wandb" not in ran
+
+
+def test_the_wandb_probe_finds_each_kind_of_credentials(monkeypatch, tmp_path):
+    """The probe itself (a real interpreter): nothing fails; a key, an offline mode, a .netrc entry pass."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    found, detail = environment_checks.run_probe(WANDB_PROBE)
+    assert not found and "no credentials for api.wandb.ai" in detail
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert environment_checks.run_probe(WANDB_PROBE)[0]
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert environment_checks.run_probe(WANDB_PROBE)[0]
+    monkeypatch.delenv("WANDB_API_KEY")
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert environment_checks.run_probe(WANDB_PROBE)[0]
+
+
+def test_a_probe_that_crashes_or_hangs_is_reported_not_inherited():
+    crashed, detail = environment_checks.run_probe("import os; os.abort()")
+    assert not crashed and detail.startswith("exit -6")
+    hung, detail = environment_checks.run_probe("import time; time.sleep(30)", timeout_s=1)
+    assert not hung and detail == "did not finish in 1 s"
+    assert environment_checks.run_probe("print(7)") == (True, "7")
+
+
+@pytest.mark.parametrize("recipe", ["[prime_lora,cpu]", "[prime_lora_colocated,cpu]"])
+def test_cpu_runs_probe_nothing(monkeypatch, recipe):
+    """The CPU preset (sdpa, cpu_zmq or naive sync, trainer.device=cpu) takes no probed path, even with wandb."""
+    ran = without(monkeypatch, "flash_attn", "cupy")
+    cfg = compose_ppo(f"+recipe={recipe}", "actor_rollout_ref.model.path=/m", "trainer.logger=[console,file]")
+    check_environment(verl_view(cfg))
+    assert ran == []
 
 
 # -- the split placement's NCCL weight sync ---------------------------------------------------------------------

@@ -153,13 +153,16 @@ def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
     ), off.stderr[-3000:]
 
 
-def test_readme_install_block_names_this_repo_its_extras_and_verls_flash_attn(wheel):
-    commands = readme_install_commands()
-    clone = readme_command("`git clone`", lambda c: c[:2] == ["git", "clone"])
-    url = re.search(r'\burl="([^"]+)"', (REPO / "setup.py").read_text(encoding="utf-8")).group(1)
-    assert clone[2:] == [url], "README's clone URL is not setup.py's url"
-    assert commands[commands.index(clone) + 1] == ["cd", url.rstrip("/").rsplit("/", 1)[-1]]
+def test_no_repository_address_is_invented():
+    """This project publishes no repository address: the install starts in the reader's checkout, setup.py names no
+    `url`, and no doc names an address under this project's name."""
+    assert not any(c[:2] == ["git", "clone"] for c in readme_install_commands())
+    assert not re.search(r"\burl\s*=", (REPO / "setup.py").read_text(encoding="utf-8"))
+    for doc in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        assert not re.search(r"github\.com/verl-prime-lora", doc.read_text(encoding="utf-8"), re.IGNORECASE), doc
 
+
+def test_readme_install_block_names_its_extras_and_verls_flash_attn(wheel):
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
     extras = set(re.findall(r"^Provides-Extra: (\S+)$", metadata, flags=re.MULTILINE))

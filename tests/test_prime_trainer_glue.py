@@ -771,8 +771,12 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     assert m["prm/token_log_ratio_mean"] == pytest.approx(0.1 * 11 / 19 - 0.5)  # 11 of 19 tokens are right ones
     assert m["prm/length_pairwise_mixed"] == 1.0  # the right answer is the longer one
     assert m["prm/dpo_acc_mixed"] == 0.0  # z0 = β(0.5 − 2.5) < z1 = β(−1.5): the drift ranks the shorter first
-    ref_sums = (ref * mask).sum(-1)
-    assert m["prm/ref_likelihood_dpo_acc_mixed"] == float(ref_sums[0] > ref_sums[1])
+    # what the reference's own likelihood Σ_t log π_ref ranks, on planted references: row 0 = 5 × −0.2 = −1.0 against
+    # row 1 = 3 × −0.5 = −1.5 (the right answer more likely: 1), then against 3 × −0.2 = −0.6 (the wrong one: 0)
+    for row_1_token, ranked in ((-0.5, 1.0), (-0.2, 0.0)):
+        planted = ref.clone()
+        planted[0], planted[1] = -0.2 * mask[0], row_1_token * mask[1]
+        assert prm_diagnostics(drifted, planted, mask, labels, uid, 0.05)["prm/ref_likelihood_dpo_acc_mixed"] == ranked
     assert m["prm/policy_dpo_acc_mixed"] == 0.0
     assert "prm/policy_dpo_acc_mixed" not in prm_diagnostics(drifted, ref, mask, labels, uid, 0.05)  # no policy
 

@@ -3,7 +3,6 @@ verl_prime_lora.rewards.reward_values for a reward's result): what counts as a f
 number, the stop after a NaN/inf PRM update, the stop on NaN/inf process rewards and advantages before they are
 written back, and the veRL behaviour the PRM update's message relies on."""
 
-import inspect
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,6 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 
-from verl_prime_lora.config import run_config
 from verl_prime_lora.integration import trainer as trainer_module
 from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
@@ -80,7 +78,8 @@ def test_a_finite_prm_update_goes_on():
     check_prm_update({}, step=1)  # prime.prm.update=none: no update metrics
 
 
-def test_a_non_finite_grad_norm_stops_the_run_with_the_weights_unchanged():
+def test_a_non_finite_grad_norm_stops_the_run_saying_the_weights_are_unchanged():
+    """The message only; that veRL's engine leaves the weights unchanged is run below."""
     with pytest.raises(NonFiniteError) as err:
         check_prm_update({"loss": math.nan, "grad_norm": math.nan, "lr": 1e-6}, step=3)
     message = str(err.value)
@@ -118,13 +117,32 @@ def test_the_trainer_checks_the_actor_update_after_verl_made_it(monkeypatch):
         trainer._update_actor("batch", {})
 
 
-def test_verl_fsdp_engine_skips_the_optimizer_step_on_a_non_finite_grad_norm():
-    """The PRM update's message says so: pin the veRL code it relies on (FSDPEngine.optimizer_step)."""
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_verl_fsdp_engine_skips_the_optimizer_step_on_a_non_finite_grad_norm(bad):
+    """The PRM update's message says so: veRL's own `FSDPEngine.optimizer_step`, run on a small model and a real
+    AdamW with one non-finite gradient, returns the non-finite grad norm, leaves every weight bit-equal and clears
+    the gradients; with finite gradients the same call moves the weights (the skip, not a no-op, is what held)."""
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
-    source = inspect.getsource(FSDPEngine.optimizer_step)
-    skip = source.index("if not torch.isfinite(grad_norm):")
-    assert source.index("self.optimizer.zero_grad()", skip) < source.index("self.optimizer.step()", skip)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    engine = SimpleNamespace(
+        module=model,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=0.1),
+        optimizer_config=SimpleNamespace(clip_grad=1.0),
+        _qat_enabled=False,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(4, 3)).sum().backward()
+    model.weight.grad[0, 1] = bad
+    grad_norm = FSDPEngine.optimizer_step(engine)
+    assert not math.isfinite(grad_norm)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+    model(torch.randn(4, 3)).sum().backward()
+    assert math.isfinite(FSDPEngine.optimizer_step(engine))
+    assert not all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,14 +175,24 @@ def colocated(*overrides):
         return compose("ppo_trainer", overrides=overrides)
 
 
+class VerlTrainer:
+    """veRL's `PPOTrainer.__init__`, as far as the PRIME mixin's own `__init__` reads it."""
+
+    def __init__(self, config):
+        self.config, self.use_reference_policy = config, False
+
+
+class PrimeTrainerWithoutVerl(trainer_module.PrimeTrainerMixin, VerlTrainer):
+    """The PRIME trainer built by its own `__init__`, veRL's part left out."""
+
+
 def test_non_finite_advantages_are_not_written_back(monkeypatch):
     """A NaN reward that bypassed the reward guard (here: in rm_scores) stops in `_advantage_step`, before
     TransferQueue gets the advantages."""
     written = []
     monkeypatch.setattr(trainer_module.tq, "kv_batch_put", lambda **kw: written.append(kw))
-    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
-    trainer.run = run_config(colocated())
-    trainer.prm_pairwise_ema, trainer.global_steps = 0.5, 6
+    trainer = PrimeTrainerWithoutVerl(colocated())  # the mixin's own __init__: every attribute a step reads
+    trainer.global_steps = 6
     mask = torch.ones(4, 3)
     scores = torch.zeros(4, 3)
     scores[1, -1] = math.nan

@@ -157,6 +157,7 @@ class TrainerView(_View):
     n_gpus_per_node: int = key("n_gpus_per_node", 1)
     nnodes: int = key("nnodes", 1)
     device: Any = key("device")
+    logger: Any = key("logger")
     resume_mode: str = key("resume_mode", "auto")
     resume_from_path: Any = key("resume_from_path")
     default_local_dir: str = key("default_local_dir", ".")

@@ -9,7 +9,7 @@ at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.ru
    `verl/trainer/main_ppo.py` calls in the driver right before `run_ppo` starts Ray.
    For a PRIME run the wrapper runs `checks.inputs.check_devices` first (a missing device is blamed as
    such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
-   `environment_checks.check_environment` (the packages the configured GPU path imports),
+   `environment_checks.check_environment` (the packages, GPUs and credentials the configured path needs),
    then `checks.inputs.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
    the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
    key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
@@ -89,7 +89,7 @@ def install_driver_validation(verl_config) -> None:
             view = verl_view(config)
             check_devices(view)  # the devices first: the config checks' micro-batch arithmetic assumes them
             run = validate_prime_config(config, check_tokenizers=False, view=view)  # the config's keys: no file read
-            check_environment(view)  # the packages the configured GPU path imports (flash-attn, cupy)
+            check_environment(view)  # what the GPU path needs: flash-attn, cupy + NCCL, visible GPUs, wandb credentials
             check_files_and_code(run)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
             if _is_main_ppo_driver():
                 reap_after_driver()  # the run's processes end with the driver, however it ends

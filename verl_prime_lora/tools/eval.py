@@ -79,8 +79,9 @@ def pass_at_1(accuracies: list[list[float]]) -> float:
 
 
 def checkpoint_step(label: str) -> int:
-    """Training step of a checkpoint path (`…global_step_N…`); 0 for the base model."""
-    match = re.search(r"global_step_(\d+)", label)
+    """Training step of a checkpoint path (veRL's `…global_step_N…`, or a TRL `…checkpoint-N…` such as the card's
+    published adapters); 0 for the base model."""
+    match = re.search(r"(?:global_step_|checkpoint-)(\d+)", label)
     return int(match.group(1)) if match else 0
 
 

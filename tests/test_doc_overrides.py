@@ -1,0 +1,169 @@
+"""Every launch the docs print composes and passes the driver's checks as printed.
+
+The fenced code of README.md, docs/operations.md and docs/install.md is read line by line (a trailing `\\` joins
+lines, `#` starts a comment). Each `python -m verl.trainer.main_ppo …` or `python -m verl_prime_lora.preflight …`
+command, and each line that holds nothing but Hydra overrides (install.md's sdpa pair), is composed as main_ppo
+composes it, run through what main_ppo checks before Ray (`preflight.check_config`: devices, PRIME's config checks,
+veRL's `validate_config`) and through the preflight's memory estimate at the GPU size it gives (80 GB unless
+`--gpu-memory-gib` says otherwise). The only changes made to a printed line: `...` (the reader's own overrides) is
+dropped, the model path points at a folder holding the seed model's `config.json`, and a line of bare overrides
+gets `+recipe=prime_lora` in front.
+
+The worked example of docs/operations.md's "Your own data and reward" (its parquet and its reward function) goes
+through the driver's data-file check and reward dry run.
+"""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "docs/operations.md", "docs/install.md")
+LAUNCHERS = ("verl.trainer.main_ppo", "verl_prime_lora.preflight")
+OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w.\[\]]*=")
+MODEL_KEY = "actor_rollout_ref.model.path"
+
+
+def fenced_blocks(text: str) -> list[tuple[str, list[tuple[int, str]]]]:
+    """(language, [(line number, line)]) of each fenced code block."""
+    blocks, current, language = [], None, ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            if current is None:
+                current, language = [], line.strip().strip("`")
+            else:
+                blocks.append((language, current))
+                current = None
+        elif current is not None:
+            current.append((number, line))
+    return blocks
+
+
+def logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Backslash-continued lines joined; each with the number of its first line."""
+    out, start, parts = [], None, []
+    for number, line in lines:
+        start = number if start is None else start
+        if line.rstrip().endswith("\\"):
+            parts.append(line.rstrip()[:-1])
+            continue
+        parts.append(line)
+        out.append((start, " ".join(parts)))
+        start, parts = None, []
+    return out
+
+
+def printed_launches() -> list[tuple[str, list[str], float]]:
+    """(where, overrides, GPU GiB) of every launch the docs print."""
+    found = []
+    for doc in DOCS:
+        for language, block in fenced_blocks((REPO / doc).read_text(encoding="utf-8")):
+            if language not in ("", "bash", "sh"):
+                continue
+            for number, line in logical_lines(block):
+                tokens = shlex.split(line, comments=True)
+                where = f"{doc}:{number}"
+                module = next((t for t in LAUNCHERS if t in tokens), None)
+                if module is not None:
+                    args = tokens[tokens.index(module) + 1 :]
+                elif tokens and all(OVERRIDE.match(t) for t in tokens):
+                    args = ["+recipe=prime_lora", *tokens]
+                else:
+                    continue
+                gib, overrides, skip = 80.0, [], False
+                for i, token in enumerate(args):
+                    if skip:
+                        skip = False
+                    elif token == "--gpu-memory-gib":
+                        gib, skip = float(args[i + 1]), True
+                    elif token.startswith("--"):
+                        skip = "=" not in token
+                    elif token != "...":
+                        overrides.append(token)
+                found.append((where, overrides, gib))
+    return found
+
+
+LAUNCHES = printed_launches()
+
+
+def test_the_docs_print_the_launches_this_test_checks():
+    """The parser finds the examples it is meant to hold to the checks (a parser that reads nothing passes)."""
+    printed = {where.split(":")[0]: [] for where, _, _ in LAUNCHES}
+    for where, overrides, _ in LAUNCHES:
+        printed[where.split(":")[0]].append(overrides)
+    every = [o for group in printed.values() for overrides in group for o in overrides]
+    assert "trainer.n_gpus_per_node=4" in every and "trainer.n_gpus_per_node=8" in every  # operations.md
+    assert "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in every  # install.md
+    assert {"README.md", "docs/operations.md", "docs/install.md"} <= set(printed)
+    assert len(LAUNCHES) >= 5
+
+
+@pytest.fixture(scope="module")
+def seed_model(tmp_path_factory):
+    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
+
+    folder = tmp_path_factory.mktemp("seed_model")
+    (folder / "config.json").write_text(json.dumps(R1_DISTILL_QWEN_1_5B_CONFIG))
+    return folder
+
+
+@pytest.mark.parametrize("where, overrides, gib", LAUNCHES, ids=[where for where, _, _ in LAUNCHES])
+def test_each_printed_launch_composes_passes_the_checks_and_fits(where, overrides, gib, seed_model):
+    from verl_prime_lora import preflight as pf
+    from verl_prime_lora.preflight import memory as mem
+
+    args = [o for o in overrides if not o.startswith(f"{MODEL_KEY}=")] + [f"{MODEL_KEY}={seed_model}"]
+    cfg = pf.compose_config(args)  # a Hydra composition error fails here, with the printed line's place in the id
+    pf.check_config(cfg)
+    report = pf.estimate(pf.layout_from_config(cfg), gib * mem.GIB)
+    assert report.fits, (where, [(gpu.title, round(gpu.total / mem.GIB, 1)) for gpu in report.gpus])
+
+
+def python_block(doc: str, first_line: str) -> str:
+    """The fenced python block of `doc` whose first line is `first_line` (the whole block when it is "")."""
+    for language, block in fenced_blocks((REPO / doc).read_text(encoding="utf-8")):
+        lines = [line for _, line in block]
+        if language == "python" and lines and (not first_line or lines[0].strip() == first_line):
+            return "\n".join(lines) + "\n"
+    raise AssertionError(f"{doc} has no python block starting {first_line!r}")
+
+
+def test_the_own_data_and_reward_example_passes_the_drivers_input_checks(tmp_path, monkeypatch, seed_model):
+    from test_recipe_config import compose_ppo
+
+    from verl_prime_lora.checks.config_checks import validate_prime_config
+    from verl_prime_lora.checks.inputs.data_files import check_data_files
+    from verl_prime_lora.checks.inputs.reward_dry_run import dry_run_reward
+    from verl_prime_lora.config.verl_view import verl_view
+
+    data = next(
+        code
+        for language, block in fenced_blocks((REPO / "docs/operations.md").read_text(encoding="utf-8"))
+        if language == "python" and "to_parquet" in (code := "\n".join(line for _, line in block))
+    )
+    monkeypatch.chdir(tmp_path)
+    exec(compile(data, "operations.md (data example)", "exec"), {})
+    reward = tmp_path / "my_reward.py"
+    reward.write_text(python_block("docs/operations.md", "# my_reward.py"))
+    cfg = compose_ppo(
+        "+recipe=prime_lora",
+        f"{MODEL_KEY}={seed_model}",
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"data.val_files={tmp_path / 'train.parquet'}",
+        f"reward.custom_reward_function.path={reward}",
+        "reward.custom_reward_function.name=compute_score",
+    )
+    run = validate_prime_config(cfg, check_tokenizers=False)
+    first_row = check_data_files(verl_view(cfg))
+    assert first_row is not None
+    dry_run_reward(run, *first_row)  # must not raise: `score` and the PRM's label `acc`, finite
+
+    namespace: dict = {}
+    exec(reward.read_text(), namespace)
+    right = namespace["compute_score"]("my_math", "<think>2 + 3</think> \\boxed{5}", "5")
+    wrong = namespace["compute_score"]("my_math", "<think>2 + 3</think> \\boxed{6}", "5")
+    assert (right["score"], right["acc"], wrong["score"], wrong["acc"]) == (1.0, 1.0, 0.0, 0.0)
