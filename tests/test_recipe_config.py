@@ -30,7 +30,7 @@ def test_recipe_group_resolves_and_sets_prime():
     # A missing group would leave `recipe: prime_lora` as a stray key and veRL's defaults untouched.
     assert "recipe" not in cfg
     assert cfg.algorithm.adv_estimator == "prime_grpo"
-    assert cfg.algorithm.prime.process_std_threshold == pytest.approx(1e-2)
+    assert cfg.algorithm.prime.process_std_threshold == pytest.approx(3.0)
 
 
 def test_recipe_carries_seed_hyperparameters():
@@ -222,3 +222,10 @@ def test_a_plugin_that_failed_to_import_is_named_with_its_error(monkeypatch):
     cfg = compose_ppo("+recipe=prime_lora_colocated")
     with pytest.raises(Exception, match="importing verl_prime_lora.integration.plugin failed: ImportError: verl-"):
         cfg.trainer.use_v1  # noqa: B018
+
+
+def test_the_cpu_preset_keeps_the_fp32_threshold():
+    """The GPU recipe's std threshold (3) is three times bf16's rounding floor of z at the seed's shape; the CPU
+    preset computes in fp32, where no such floor exists, and keeps the seed's 1e-2."""
+    cfg = compose_ppo("+recipe=[prime_lora_colocated,cpu]")
+    assert cfg.algorithm.prime.process_std_threshold == pytest.approx(1e-2)
