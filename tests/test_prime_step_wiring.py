@@ -495,3 +495,32 @@ def test_a_fresh_start_keeps_the_gate_at_one_half(tmp_path):
     fresh = CheckpointedTrainer(tmp_path)
     fresh._load_checkpoint()
     assert (fresh.global_steps, fresh.prm_pairwise_ema, fresh.prm.calls) == (0, 0.5, [])
+
+
+def test_the_rankings_read_the_outcome_while_the_prm_trains_on_its_own_label(monkeypatch):
+    """With `prime.prm.label_key` naming a label that contradicts the outcome (here 1 − acc), the PRM trains on that
+    label, while its rankings (and so the gate and the alarm) are measured against the outcome `acc`: the PRM of
+    MIXED, which orders right answers first, ranks at 1, not 0."""
+    fake = prime_step(monkeypatch, MIXED, "prime.prm.label_key=prm_label")
+    for key, row in zip(fake.tq.keys, MIXED, strict=True):
+        fake.tq.rows[key]["extra_fields"].data["reward_extra_info"]["prm_label"] = 1.0 - row.acc
+    step = fake.run()
+    assert step.prm.trained_on[PRM_LABEL_FIELD] == [[1.0 - row.acc] * row.length for row in MIXED]
+    assert step.metrics["prm/dpo_acc_before_mixed"] == 1.0 and step.metrics["prm/dpo_acc_mixed"] < 1.0
+    assert step.metrics["prm/classification_acc"] == 0.0  # against its own (flipped) labels
+
+
+def test_a_step_past_the_warm_up_with_a_ranking_at_chance_logs_the_alert_and_warns(monkeypatch, caplog):
+    """The alarm reads the step's running mean: at the warm-up's last step, a mean of 0.45 before this step and a
+    PRM that ranks this step's groups at chance (z = 0 before its update: ½) keep it at or below ½: the step logs
+    `prm/alert/ranking` = 1 and one warning."""
+    from verl_prime_lora.integration.prm_alarm import WARMUP_STEPS
+
+    rows = [Row(r.uid, r.acc, r.ref, before=list(r.ref), after=r.after) for r in MIXED]
+    fake = prime_step(monkeypatch, rows, ema=0.45)
+    fake.trainer.prm_alarm.steps = WARMUP_STEPS - 1
+    with caplog.at_level("WARNING", logger=trainer_module.logger.name):
+        step = fake.run()
+    assert step.metrics["prm/dpo_acc_before_mixed_ema"] == pytest.approx(0.9 * 0.45 + 0.1 * 0.5)
+    assert step.metrics["prm/alert/ranking"] == 1.0 and step.metrics["prm/alert/silent"] == 0.0
+    assert sum("PRIME: the PRM ranks fresh responses at or below chance" in r.message for r in caplog.records) == 1

@@ -131,7 +131,7 @@ class StepRows:
     labelled: torch.Tensor  # (B,) 1.0 / 0.0
     lengths: list[int]
     reward_infos: list[dict]  # each row's reward_extra_info (for `prime.process_rewards_fn`)
-    outcomes: torch.Tensor | None = None  # (B,) the outcome accuracy the rankings are measured against
+    outcomes: torch.Tensor  # (B,) the outcome accuracy the rankings are measured against (`outcome_labels`)
     response_mask_nested: torch.Tensor | None = None  # veRL's nested response mask, for the write-back
 
 
@@ -517,7 +517,6 @@ class PrimeTrainerMixin:
 
         # 4. token process rewards and the PRM metrics
         uid = data.non_tensor_batch["uid"]
-        outcomes = step.labels if step.outcomes is None else step.outcomes
         process_rewards, prm_metrics = prm_rewards_and_metrics(
             prm_before,
             prm_used,
@@ -528,7 +527,7 @@ class PrimeTrainerMixin:
             prime.prm.beta,
             update_metrics,
             step.labelled,
-            outcomes=outcomes,
+            outcomes=step.outcomes,
         )
         check_finite(
             PrmConfig.KEY,
@@ -548,7 +547,7 @@ class PrimeTrainerMixin:
         if prime.diagnostics:
             policy = self._policy_log_probs_t1(data)
             prm_metrics.update(
-                prm_diagnostics(prm_used, ref_pad, mask, outcomes, uid, prime.prm.beta, step.labelled, policy)
+                prm_diagnostics(prm_used, ref_pad, mask, step.outcomes, uid, prime.prm.beta, step.labelled, policy)
             )
         metrics.update(prm_metrics)
         return data, process_rewards
