@@ -279,7 +279,8 @@ class AdvantageConfig(_Section):
         process_norm: the group normalisation of `prime_grpo`'s process part: `sequence` (stats of the
             PRM's sequence logits, length-free) or `token` (the seed's formula, to reproduce it).
         process_std_threshold: `prime_grpo`: no process term in groups whose std is below this; >= 0
-            (the seed: 1e-2; 3: three times bf16's rounding floor of z at the seed's shape, docs/findings.md).
+            (the seed: 1e-2; `prime_lora` sets 3, three times bf16's rounding floor of z at the seed's shape,
+            docs/findings.md; the CPU preset, fp32, keeps 1e-2).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
             (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card). 0.75: the rule
             of a pre-registered study of the recipe's PRM settings in bf16 (docs/findings.md).
@@ -292,7 +293,7 @@ class AdvantageConfig(_Section):
     outcome_coef: float = 1.0
     process_coef: float = 1.0
     process_norm: str = "sequence"
-    process_std_threshold: float = 3.0
+    process_std_threshold: float = 0.01
     process_gate: Optional[float] = 0.75
     whiten_advantages: bool = False
     epsilon: float = 1e-6
