@@ -26,6 +26,15 @@ endpoint, each arm's mean with its 95 % t interval and its count of runs that we
 the last step below that at step 0), and for the primary pair the difference with its 95 % Welch interval and a
 two-sided permutation p (`evidence`). A run that failed (exit code ≠ 0, or an endpoint
 evaluation missing) is reported and kept out, never rerun by hand.
+
+    python benchmarks/study.py mechanism PLAN [--learned-above X] [--baseline ARM]
+
+`mechanism` (not part of any registered test; also only once every run is in) prints, per arm, over the runs that
+exited 0: how many learned (a validation above X at one of the endpoint steps), the step time (the median over runs
+of each run's median `timing_s/step` over steps 2 to the last, and the mean over runs of its total over steps 1 to
+the last, each also as a ratio to the baseline arm's, by default the primary pair's second), and the mean over runs
+of each run's mean over steps 1 to the last of the training diagnostics in `MECHANISM_METRICS` a run logged, with
+the range of the runs' means.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -133,11 +143,15 @@ def endpoint(record: dict, steps: list[int]) -> float | None:
     return sum(val[step] for step in steps) / len(steps)
 
 
-def analyse(plan_path: Path) -> dict:
-    plan = json.loads(plan_path.read_text())
+def require_every_run(plan_path: Path, plan: dict) -> None:
     missing = [e for e in plan["runs"] if not run_file(plan_path, e).exists()]
     if missing:
         raise SystemExit(f"{len(missing)} planned runs have no result yet (first: {missing[0]}); run them first.")
+
+
+def analyse(plan_path: Path) -> dict:
+    plan = json.loads(plan_path.read_text())
+    require_every_run(plan_path, plan)
     steps = [int(step) for step in plan["endpoint_steps"]]
     by_arm: dict[str, dict[int, float]] = {}
     off: dict[str, list[int]] = {}
@@ -167,17 +181,121 @@ def analyse(plan_path: Path) -> dict:
     return result
 
 
+MECHANISM_METRICS = (
+    "prm/dpo_acc_before_mixed",  # the PRM's ranking of the step's responses before it trains on them (½: chance)
+    "prm/process_group_std/mean",  # σ_g(z), mean over groups
+    "prm/process_groups_on",  # share of groups whose σ_g(z) reaches the std threshold
+    "prm/process_gate",  # the gate's weight w
+    "prm/advantage/process_abs_mean",  # mean |A| per token of the process part that reached the actor
+    "prm/advantage/outcome_abs_mean",  # and of the outcome part
+    "actor/grad_norm",
+)
+
+
+def mechanism(
+    plan_path: Path, learned_above: float | None = None, baseline: str | None = None, metrics=MECHANISM_METRICS
+) -> dict:
+    """Per arm, over the plan's runs that exited 0: runs that learned, step time, training diagnostics (see the
+    module's docstring). Means over a run's steps 1 to the plan's last step."""
+    plan = json.loads(plan_path.read_text())
+    require_every_run(plan_path, plan)
+    last = int(plan["task"]["steps"])
+    endpoint_steps = [int(step) for step in plan["endpoint_steps"]]
+    baseline = baseline or plan["primary"][1]
+    by_arm: dict[str, list[dict]] = {}
+    failed = []
+    for entry in plan["runs"]:
+        record = json.loads(run_file(plan_path, entry).read_text())
+        if record["returncode"] != 0:
+            failed.append({"arm": entry["arm"], "seed": entry["seed"], "returncode": record["returncode"]})
+        else:
+            by_arm.setdefault(entry["arm"], []).append(record)
+
+    def per_step(record: dict, key: str, first: int) -> list[float]:
+        rows = record.get("steps", {})
+        return [rows[str(s)][key] for s in range(first, last + 1) if key in rows.get(str(s), {})]
+
+    arms = {}
+    for arm, records in by_arm.items():
+        stats: dict = {"n": len(records)}
+        if learned_above is not None:
+            stats["learned"] = sum(
+                any(float(r["val_accuracy"].get(str(s), -1.0)) > learned_above for s in endpoint_steps) for r in records
+            )
+        medians = [statistics.median(v) for r in records if (v := per_step(r, "timing_s/step", 2))]
+        totals = [sum(v) for r in records if (v := per_step(r, "timing_s/step", 1))]
+        if medians:
+            stats["step_s"] = {
+                "median": statistics.median(medians),
+                "run_medians_range": [min(medians), max(medians)],
+                "total_mean": statistics.mean(totals),
+            }
+        means = {}
+        for key in metrics:
+            run_means = [statistics.mean(v) for r in records if (v := per_step(r, key, 1))]
+            if run_means:
+                means[key] = {"mean": statistics.mean(run_means), "runs_range": [min(run_means), max(run_means)]}
+        stats["metrics"] = means
+        arms[arm] = stats
+    base = arms.get(baseline, {}).get("step_s")
+    for arm, stats in arms.items():
+        if base and "step_s" in stats and arm != baseline:
+            stats["step_s"]["vs_baseline"] = {
+                "by_median": stats["step_s"]["median"] / base["median"],
+                "by_total": stats["step_s"]["total_mean"] / base["total_mean"],
+            }
+    return {
+        "learned": None if learned_above is None else f"a validation above {learned_above} at steps {endpoint_steps}",
+        "steps": [1, last],
+        "baseline": baseline,
+        "arms": arms,
+        "failed_runs": failed,
+    }
+
+
+def print_mechanism(result: dict) -> None:
+    first, last = result["steps"]
+    for arm, stats in result["arms"].items():
+        line = f"{arm}: {stats['n']} runs"
+        if result["learned"] is not None:
+            line += f"; learned ({result['learned']}): {stats['learned']} of {stats['n']}"
+        print(line)
+        if "step_s" in stats:
+            step = stats["step_s"]
+            low, high = step["run_medians_range"]
+            line = (
+                f"  s/step: median {step['median']:.2f} (runs {low:.1f}-{high:.1f}, steps {first + 1}-{last}), "
+                f"total {step['total_mean']:.1f} s (steps {first}-{last}, mean over runs)"
+            )
+            if "vs_baseline" in step:
+                ratio = step["vs_baseline"]
+                line += (
+                    f"; vs {result['baseline']}: {ratio['by_median']:.2f}x by median, {ratio['by_total']:.2f}x by total"
+                )
+            print(line)
+        for key, value in stats["metrics"].items():
+            low, high = value["runs_range"]
+            print(f"  {key}: {value['mean']:.3f} (runs {low:.3f}-{high:.3f}; steps {first}-{last})")
+    if result["failed_runs"]:
+        print(f"failed runs, kept out: {result['failed_runs']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "analyse"])
+    parser.add_argument("action", choices=["run", "analyse", "mechanism"])
     parser.add_argument("plan", type=Path)
     parser.add_argument("--work", type=Path, help="warm start and checkpoints (default benchmarks/out/<plan folder>)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each a main_ppo of its own)")
+    parser.add_argument("--learned-above", type=float, help="mechanism: count runs with a validation above this")
+    parser.add_argument("--baseline", help="mechanism: the arm step times are compared with (default: primary's 2nd)")
     args = parser.parse_args(argv)
     plan = args.plan.resolve()
     if args.action == "run":
         work = (args.work or Path("benchmarks/out") / plan.parent.name).resolve()
         return run_all(plan, work, args.jobs)
+    if args.action == "mechanism":
+        print_mechanism(mechanism(plan, args.learned_above, args.baseline))
+        return 0
     result = analyse(plan)
     for arm, stats in result["arms"].items():
         mean, low, high = stats["mean_ci95"]

@@ -170,3 +170,58 @@ def test_the_analysis_counts_the_runs_that_went_off(plan_path, monkeypatch, tmp_
     study.run_all(plan_path, tmp_path / "work")
     arms = study.analyse(plan_path)["arms"]
     assert arms["prime_grpo_ungated"]["went_off"] == [2] and arms["grpo"]["went_off"] == []
+
+
+def test_mechanism_counts_learned_runs_and_averages_the_diagnostics(plan_path, capsys):
+    """`mechanism` on hand-made run files: runs that learned, step time by median and by total against the
+    baseline, and per-arm means over steps 1 to the last of the diagnostics a run logged; a failed run is kept out."""
+    plan = json.loads(plan_path.read_text())
+    plan["task"]["steps"] = 3
+    plan["endpoint_steps"] = [2, 3]
+    plan["runs"] = [{"arm": arm, "seed": seed} for arm in ("grpo", "prime") for seed in (1, 2, 3)]
+    plan["primary"] = ["prime", "grpo"]
+    plan_path.write_text(json.dumps(plan))
+
+    def write(arm, seed, val, step_s, metrics=None, returncode=0):
+        steps = {str(s): {"timing_s/step": step_s[s - 1], **(metrics or {})} for s in (1, 2, 3)}
+        if arm == "prime":  # steps 1-3 of the PRM's ranking: 0.4, 0.5, 0.6 plus the seed's offset
+            for s in (1, 2, 3):
+                steps[str(s)]["prm/dpo_acc_before_mixed"] = 0.3 + 0.1 * s + 0.01 * seed
+        record = {"arm": arm, "seed": seed, "returncode": returncode, "val_accuracy": val, "steps": steps}
+        path = study.run_file(plan_path, {"arm": arm, "seed": seed})
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(record))
+
+    write("grpo", 1, {"0": 0.1, "2": 0.2, "3": 0.1}, [30, 10, 10], {"actor/grad_norm": 1.0})
+    write("grpo", 2, {"0": 0.1, "2": 0.1, "3": 0.1}, [30, 10, 10], {"actor/grad_norm": 1.0})
+    write("grpo", 3, {"0": 0.1, "2": 0.9, "3": 0.9}, [1, 1, 1], returncode=1)  # failed: kept out
+    write("prime", 1, {"0": 0.1, "2": 0.16, "3": 0.2}, [40, 12, 14], {"actor/grad_norm": 2.0})
+    write("prime", 2, {"0": 0.1, "2": 0.15, "3": 0.15}, [40, 14, 16], {"actor/grad_norm": 3.0})  # 0.15 is not above
+    write("prime", 3, {"0": 0.3, "2": 0.2}, [40, 16, 18], {"actor/grad_norm": 4.0})  # learned at step 2
+
+    result = study.mechanism(plan_path, learned_above=0.15)
+    grpo, prime = result["arms"]["grpo"], result["arms"]["prime"]
+    assert result["baseline"] == "grpo" and result["steps"] == [1, 3]
+    assert result["failed_runs"] == [{"arm": "grpo", "seed": 3, "returncode": 1}]
+    assert (grpo["n"], grpo["learned"]) == (2, 1) and (prime["n"], prime["learned"]) == (3, 2)
+    # median over steps 2-3 per run (13, 15, 17), median over runs; total over steps 1-3, mean over runs
+    assert prime["step_s"]["median"] == pytest.approx(15) and prime["step_s"]["run_medians_range"] == [13, 17]
+    assert prime["step_s"]["total_mean"] == pytest.approx((66 + 70 + 74) / 3)
+    assert grpo["step_s"]["median"] == pytest.approx(10) and grpo["step_s"]["total_mean"] == pytest.approx(50)
+    assert prime["step_s"]["vs_baseline"] == pytest.approx({"by_median": 1.5, "by_total": 70 / 50})
+    assert "vs_baseline" not in grpo["step_s"]
+    assert prime["metrics"]["actor/grad_norm"] == pytest.approx({"mean": 3.0, "runs_range": [2.0, 4.0]})
+    assert grpo["metrics"]["actor/grad_norm"]["mean"] == pytest.approx(1.0)
+    ranking = prime["metrics"]["prm/dpo_acc_before_mixed"]
+    assert ranking["mean"] == pytest.approx(0.52) and ranking["runs_range"] == pytest.approx([0.51, 0.53])
+    assert "prm/dpo_acc_before_mixed" not in grpo["metrics"]  # an arm without a PRM logs none
+
+    study.print_mechanism(result)
+    out = capsys.readouterr().out
+    assert "prime: 3 runs; learned (a validation above 0.15 at steps [2, 3]): 2 of 3" in out
+    assert "vs grpo: 1.50x by median, 1.40x by total" in out
+
+
+def test_mechanism_waits_for_every_run(plan_path):
+    with pytest.raises(SystemExit, match="6 planned runs have no result"):
+        study.mechanism(plan_path)
