@@ -3,13 +3,14 @@
 #   make test    the test-suite (unit, packaging, CPU end-to-end runs, the CPU demo as written)
 # Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (no e2e),
 # make lint (ruff check + format check, veRL's settings; part of make test), make constraints (re-freeze
-# constraints/cpu.txt from .venv), make check-gpu-extra (does '.[gpu]' resolve? ~5 min of downloads; not in CI).
+# constraints/cpu.txt from .venv), make gpu-lock (re-resolve '.[gpu]' into constraints/gpu.txt), make check-gpu-extra
+# (does '.[gpu]' resolve to exactly constraints/gpu.txt?); each ~4 min of downloads, not in CI.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-cpu
 
-.PHONY: demo smoke test unit lint venv constraints check-gpu-extra
+.PHONY: demo smoke test unit lint venv constraints check-gpu-extra gpu-lock
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
@@ -41,9 +42,16 @@ constraints:
 	mv constraints/cpu.txt.new constraints/cpu.txt
 	test ! -e $(STAMP) || touch $(STAMP)
 
-# Does the `gpu` extra resolve (pip --dry-run in a throwaway venv)? Downloads ~5 min of packages: not in make test.
+# constraints/gpu.txt, the GPU set's lock: what '.[gpu]' resolves to on PyPI (pip --dry-run --report in a throwaway
+# venv of GPU_PYTHON, Linux x86_64). gpu-lock re-resolves without constraints and rewrites it (header: date, pip,
+# command); check-gpu-extra resolves with -c constraints/gpu.txt and fails unless it gets exactly that set. Each
+# downloads ~4 min of metadata: not in make test (tests/test_gpu_lock.py checks the file offline).
+GPU_PYTHON ?= python3.11
+gpu-lock:
+	PYTHON=$(GPU_PYTHON) WRITE_LOCK=constraints/gpu.txt bash examples/check_gpu_extra.sh
+
 check-gpu-extra:
-	PYTHON=$(PYTHON) bash examples/check_gpu_extra.sh
+	PYTHON=$(GPU_PYTHON) CONSTRAINTS=constraints/gpu.txt bash examples/check_gpu_extra.sh
 
 demo: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_demo.sh

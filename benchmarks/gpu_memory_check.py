@@ -52,7 +52,7 @@ def plan(out: Path) -> dict:
     """Every trainer-GPU worker of the seed recipes, with the preflight's estimate (bytes) of each phase."""
     from verl_prime_lora import preflight as pf
     from verl_prime_lora.preflight import memory as mem
-    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
+    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
     engines: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as model_dir:

@@ -8,7 +8,7 @@
 
 Reported per PRIME run: the median `timing_s/step` over the steps after the first (warm-up) and its
 ratio to the baseline's; the PRM phases (`timing_s/prm_*`) and their sum over the actor's phases
-(`old_log_prob + update_actor`); the PRM's passes per step next to their minimum (`trainer.prm_passes`,
+(`old_log_prob + update_actor`); the PRM's passes per step next to their minimum (`prm_passes.prm_passes`,
 for the run's `prime.prm.update`, reference and PRM batching); and the peak memory of the actor pool:
 GPU — veRL's `perf/max_memory_allocated_gb` of the actor and of the PRM workers (one GPU: their sum);
 CPU — the peak summed RSS of the actor-pool processes (veRL's fused `WorkerDict` actor worker and the
@@ -123,14 +123,13 @@ def summarise(result: dict) -> dict:
 
 
 def pass_counts(overrides: list[str]) -> dict:
-    """The PRM passes per step of the PRIME run's config, today and at the minimum (trainer.prm_passes)."""
+    """The PRM passes per step of the PRIME run's config, today and at the minimum (integration.prm_passes)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
     from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows
     from verl_prime_lora.config import run_config
     from verl_prime_lora.config.run import reference_source
-    from verl_prime_lora.integration.prm_worker import model_dropout, update_forward_is_pre_update
-    from verl_prime_lora.integration.trainer import prm_passes
+    from verl_prime_lora.integration.prm_passes import model_dropout, prm_passes, update_forward_is_pre_update
     from verl_prime_lora.preflight.layout import compose_config
 
     config = compose_config(overrides)

@@ -9,18 +9,32 @@
 # - the CUDA version torch's wheel is built for (its cuda-toolkit pin), hence the NVIDIA driver it needs;
 # - flash-attn, which the extra cannot hold (its setup imports torch, so it does not build in pip's isolated
 #   build env, and PyPI has no wheel of it): the separate command that installs the version veRL pins.
-# Resolve on the kind of machine the extra is for (Linux x86_64, Python 3.10-3.12): wheels are picked for the
-# running interpreter and platform. Fetches the metadata (often whole wheels) of a CUDA stack: ~5 minutes.
-# Not part of `make test`/CI. docs/install.md says what each package is for.
+# The lock, constraints/gpu.txt (the exact set of a resolution, for `pip install -c constraints/gpu.txt`):
+# - CONSTRAINTS=PATH resolves with `-c PATH` (what a user installing with the lock gets) and fails unless the
+#   resolution is exactly PATH's set: every resolved package pinned there at that version, every pin resolved
+#   (make check-gpu-extra);
+# - WRITE_LOCK=PATH resolves without constraints and writes the resolution to PATH as a lock, with a header
+#   saying how it was made (make gpu-lock).
+# pip resolves against INDEX_URL alone (default https://pypi.org/simple), not the machine's pip configuration
+# (config files, PIP_* index, find-links and constraint variables): a mirror or a site constraints file would
+# otherwise change the resolution. Set INDEX_URL for a mirror.
+# Resolve on the kind of machine the extra is for (Linux x86_64, Python 3.10-3.12; the lock: 3.11): wheels are
+# picked for the running interpreter and platform (--platform/--python-version cannot be used: they need
+# --only-binary=:all:, and hydra-core's antlr4-python3-runtime 4.9.3 is an sdist only). Fetches the metadata
+# (often whole wheels) of a CUDA stack: ~4 minutes. Not part of `make test`/CI. docs/install.md says what each
+# package is for.
 #
-#   examples/check_gpu_extra.sh            (or: make check-gpu-extra)
+#   examples/check_gpu_extra.sh            (make check-gpu-extra: with CONSTRAINTS=constraints/gpu.txt)
 #
 # Env: PYTHON (default python3), the interpreter of the throwaway virtualenv; KEEP_REPORT=PATH copies
-# pip's JSON report there.
+# pip's JSON report there; CONSTRAINTS, WRITE_LOCK, INDEX_URL (above).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
+INDEX_URL=${INDEX_URL:-https://pypi.org/simple}
+CONSTRAINTS=${CONSTRAINTS:-}
+WRITE_LOCK=${WRITE_LOCK:-}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/check-gpu-extra.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
@@ -28,6 +42,21 @@ fail() {
     echo "check-gpu-extra: FAILED: $*" >&2
     exit 1
 }
+
+if [ -n "$CONSTRAINTS" ] && [ -n "$WRITE_LOCK" ]; then
+    fail "CONSTRAINTS (check a lock) and WRITE_LOCK (write one) exclude each other"
+fi
+if [ -n "$CONSTRAINTS" ]; then
+    [ -f "$CONSTRAINTS" ] || fail "CONSTRAINTS=$CONSTRAINTS: no such file (make gpu-lock writes constraints/gpu.txt)"
+    CONSTRAINTS=$(cd "$(dirname "$CONSTRAINTS")" && pwd)/$(basename "$CONSTRAINTS")
+fi
+if [ -n "$WRITE_LOCK" ]; then
+    WRITE_LOCK=$(cd "$(dirname "$WRITE_LOCK")" && pwd)/$(basename "$WRITE_LOCK")
+fi
+
+# pip sees INDEX_URL and nothing of the machine's pip configuration (PIP_CONFIG_FILE=/dev/null: no config file).
+unset PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CONSTRAINT PIP_NO_INDEX PIP_REQUIREMENT PIP_TARGET PIP_PREFIX
+export PIP_CONFIG_FILE=/dev/null PIP_INDEX_URL=$INDEX_URL PIP_DISABLE_PIP_VERSION_CHECK=1
 
 "$PYTHON" - <<'EOF' || fail "$PYTHON is not Python 3.10-3.12 (veRL 0.9.1's range); set PYTHON"
 import sys
@@ -43,10 +72,15 @@ if ! "$VPY" -c 'import sys, pip; sys.exit(int(pip.__version__.split(".")[0]) < 2
 fi
 
 REPORT=$WORK/report.json
-echo "check-gpu-extra: resolving '.[gpu]' of $ROOT (pip install --dry-run; takes minutes) ..."
+PIP_ARGS=(install --dry-run --ignore-installed --progress-bar off --report "$REPORT")
+if [ -n "$CONSTRAINTS" ]; then
+    PIP_ARGS+=(-c "$CONSTRAINTS")
+fi
+echo "check-gpu-extra: pip ${PIP_ARGS[*]} '.[gpu]' in $ROOT, index $INDEX_URL (takes minutes) ..."
+STARTED=$SECONDS
 # pip runs in the background so that a TERM/INT (timeout, Ctrl-C) stops it at once and the EXIT trap
 # removes the throwaway virtualenv.
-(cd "$ROOT" && exec "$VPY" -m pip install --dry-run --ignore-installed --progress-bar off --report "$REPORT" '.[gpu]') &
+(cd "$ROOT" && exec "$VPY" -m pip "${PIP_ARGS[@]}" '.[gpu]') &
 PIP_PID=$!
 trap 'kill "$PIP_PID" 2>/dev/null; echo "check-gpu-extra: interrupted" >&2; exit 130' INT TERM
 set +e
@@ -61,8 +95,11 @@ if [ -n "${KEEP_REPORT:-}" ]; then
     cp "$REPORT" "$KEEP_REPORT"
 fi
 
-"$VPY" - "$REPORT" <<'EOF'
+"$VPY" - "$REPORT" "$CONSTRAINTS" "$WRITE_LOCK" "$INDEX_URL" "$((SECONDS - STARTED))" <<'EOF'
+import datetime
 import json
+import os
+import platform
 import re
 import sys
 
@@ -77,6 +114,7 @@ GPU_PATH = (
 # veRL 0.9.1's extras the `gpu` extra repeats, and the one it cannot hold (flash-attn: a separate step).
 VERL_EXTRAS = ("vllm", "cupy-cu130")
 FLASH_ATTN_EXTRA, FLASH_ATTN_DEFAULT = "flash-attn-cu130torch211", "flash-attn==2.8.3"
+SELF = "verl-prime-lora"
 
 
 def norm(name):
@@ -96,7 +134,22 @@ def exact_pins(meta, extra):
     return out
 
 
-with open(sys.argv[1], encoding="utf-8") as f:
+def read_lock(path):
+    """{normalised name: version} of the `name==version` lines of a constraints file."""
+    pins = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, sep, version = line.partition("==")
+                if not sep:
+                    raise SystemExit(f"check-gpu-extra: FAILED: {path}: not name==version: {line!r}")
+                pins[norm(name)] = version.strip()
+    return pins
+
+
+report_path, constraints, write_lock, index_url, seconds = sys.argv[1:6]
+with open(report_path, encoding="utf-8") as f:
     report = json.load(f)
 items = {norm(item["metadata"]["name"]): item["metadata"] for item in report["install"]}
 resolved = {name: meta["version"] for name, meta in items.items()}
@@ -120,9 +173,10 @@ toolkit = [r for r in items.get("torch", {}).get("requires_dist") or [] if r.sta
 cuda = re.search(r"==\s*([0-9][0-9.]*)", toolkit[0]) if toolkit else None
 if cuda:
     driver = ">= 580" if cuda.group(1).startswith("13.") else "see NVIDIA's CUDA compatibility table"
-    print(f"  torch's CUDA     {cuda.group(1)} (its cuda-toolkit pin): NVIDIA driver {driver}")
+    cuda_line = f"torch's CUDA {cuda.group(1)} (its cuda-toolkit pin): NVIDIA driver {driver}"
 else:
-    print("  torch's CUDA     no cuda-toolkit pin in torch's metadata (not a Linux CUDA wheel?)")
+    cuda_line = "torch's CUDA: no cuda-toolkit pin in torch's metadata (not a Linux CUDA wheel?)"
+print(f"  {cuda_line}")
 
 pin = exact_pins(verl, FLASH_ATTN_EXTRA).get("flash-attn")
 flash = f"flash-attn=={pin}" if pin else FLASH_ATTN_DEFAULT
@@ -133,9 +187,53 @@ print(f"                   {prefix}pip install --no-build-isolation {flash}")
 print("                   (compiles against the installed torch: CUDA 13's nvcc; or the sdpa overrides,")
 print("                   docs/install.md)")
 
+locked = {name: version for name, version in resolved.items() if name != SELF}
+if constraints:
+    pins = read_lock(constraints)
+    unpinned = sorted(set(locked) - set(pins))
+    differ = sorted(n for n in set(locked) & set(pins) if locked[n] != pins[n])
+    stale = sorted(set(pins) - set(locked))
+    if unpinned:
+        failures.append(f"resolved but not in {constraints} (regenerate: make gpu-lock): {', '.join(unpinned)}")
+    if differ:
+        failures.append("resolved at another version than " + constraints + ": "
+                        + ", ".join(f"{n} {locked[n]} (lock {pins[n]})" for n in differ))
+    if stale:
+        failures.append(f"in {constraints} but not resolved (regenerate: make gpu-lock): {', '.join(stale)}")
+    if not (unpinned or differ or stale):
+        print(f"check-gpu-extra: the resolution is exactly the {len(pins)} packages of {constraints}")
+
 for failure in failures:
     print(f"check-gpu-extra: FAILED: {failure}", file=sys.stderr)
 if failures:
     sys.exit(1)
+
+if write_lock:
+    env = report["environment"]
+    libc = "-".join(platform.libc_ver()) or "unknown libc"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    names = {norm(item["metadata"]["name"]): item["metadata"]["name"] for item in report["install"]}
+    header = [
+        "# The exact set '.[gpu]' resolves to: pip constraints (-c), not requirements. Install with",
+        "#   pip install -e '.[gpu]' -c constraints/gpu.txt",
+        f"# For {env['platform_system']} {env['platform_machine']}, CPython {env['python_version']}"
+        " (what it was resolved for; docs/install.md says what else was",
+        "# checked). Resolved, not installed, and not run on a GPU. flash-attn is not in it (docs/install.md).",
+        "# Made by `make gpu-lock` (examples/check_gpu_extra.sh with WRITE_LOCK): in a throwaway virtualenv,",
+        f"#   pip install --dry-run --ignore-installed --report report.json --index-url {index_url} '.[gpu]'",
+        "# (no other index, find-links or constraints), then every package of the report but verl-prime-lora,",
+        "# as name==version. Regenerate: `make gpu-lock`. Check: `make check-gpu-extra` (resolves '.[gpu]' with -c",
+        "# this file; fails unless it gets exactly this set); tests/test_gpu_lock.py (offline: setup.py's ranges,",
+        "# veRL 0.9.1's pins, the versions the docs quote).",
+        f"# This run: {date}; pip {report['pip_version']}; CPython {env['python_full_version']}, "
+        f"{env['platform_system']} {env['platform_machine']}, {libc}; {seconds} s;",
+        f"# {len(locked)} packages; {cuda_line}.",
+    ]
+    body = [f"{names[n]}=={locked[n]}" for n in sorted(locked)]
+    tmp = write_lock + ".new"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(header + body) + "\n")
+    os.replace(tmp, write_lock)
+    print(f"check-gpu-extra: wrote {write_lock} ({len(locked)} packages)")
 print("check-gpu-extra: OK, '.[gpu]' resolves with every package the GPU path imports")
 EOF

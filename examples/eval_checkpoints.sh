@@ -10,6 +10,7 @@
 #   CKPT_DIR=checkpoints/prime_lora/prime_lora_r1_distill_1.5b bash examples/eval_checkpoints.sh [eval options...]
 # Environment (default -> effect):
 #   MODEL (deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B)  base model of the run
+#   PYTHON (python)        the interpreter that runs export_adapter and tools.eval (as the launch scripts')
 #   EVAL_DIR ($HOME/data/open_rs)  folder of eval_sets.py's parquets;  OUT (eval_out)  output folder
 #   EXTRAS ("")            more benchmarks after the card's four, e.g. EXTRAS="minerva olympiadbench" (Tina's extras)
 #   N (1)                  samples per problem;  TEMPERATURE (0.6);  TOP_P (0.95)
@@ -21,6 +22,7 @@
 set -euo pipefail
 : "${CKPT_DIR:?set CKPT_DIR to the checkpoint folder of the run (the one holding global_step_N)}"
 MODEL=${MODEL:-deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B}
+PYTHON=${PYTHON:-python}
 EVAL_DIR=${EVAL_DIR:-$HOME/data/open_rs}            # examples/data_preprocess/eval_sets.py --local_dir
 OUT=${OUT:-eval_out}
 BENCHMARKS=(aime24 aime25 amc23 math_500)           # the card's four (eval_prime.py:16-21)
@@ -55,11 +57,11 @@ for step in "${steps[@]}"; do
 done
 adapters=()
 for step in "${steps[@]}"; do
-  python -m verl_prime_lora.tools.export_adapter "$step" --out "$OUT/$(basename "$step")" \
+  "$PYTHON" -m verl_prime_lora.tools.export_adapter "$step" --out "$OUT/$(basename "$step")" \
     --lora_dropout 0.05 --base_model "$MODEL"
   adapters+=("$OUT/$(basename "$step")/adapter")
 done
-python -m verl_prime_lora.tools.eval --base "$MODEL" --adapters "${adapters[@]}" \
+"$PYTHON" -m verl_prime_lora.tools.eval --base "$MODEL" --adapters "${adapters[@]}" \
   --benchmarks "${benchmark_args[@]}" \
   --n "${N:-1}" --temperature "${TEMPERATURE:-0.6}" --top_p "${TOP_P:-0.95}" --max_tokens "${MAX_TOKENS:-32768}" \
   "${length_args[@]}" --out "$OUT/results.json" --plot "$OUT/accuracy.png" "$@"

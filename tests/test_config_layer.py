@@ -137,9 +137,8 @@ def test_the_scan_would_fail_on_a_module_that_reads_a_key(tmp_path, monkeypatch)
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 # Keys the view reads that the seed's composed config does not define: veRL reads each with a default (the view has
-# it), or it is set only when wanted (a stray `recipe` string, a Ray cluster's address, the prompt filter's key).
+# it), or it is set only when wanted (a Ray cluster's address, the prompt filter's key).
 NOT_IN_THE_COMPOSED_CONFIG = {
-    "recipe",
     "actor_rollout_ref.model.override_config.attn_implementation",
     "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype",
     "prime.prm.model.override_config.attn_implementation",

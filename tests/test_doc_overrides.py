@@ -104,7 +104,7 @@ def test_the_docs_print_the_launches_this_test_checks():
 
 @pytest.fixture(scope="module")
 def seed_model(tmp_path_factory):
-    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
+    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
     folder = tmp_path_factory.mktemp("seed_model")
     (folder / "config.json").write_text(json.dumps(R1_DISTILL_QWEN_1_5B_CONFIG))

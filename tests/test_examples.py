@@ -138,7 +138,7 @@ def test_each_gpu_script_fits_the_gpus_the_readme_gives_it(script, gib, gpus, tm
 
     from verl_prime_lora import preflight as pf
     from verl_prime_lora.preflight import memory as mem
-    from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
+    from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
     model = tmp_path / "model"
     model.mkdir()

@@ -10,7 +10,8 @@ import pytest
 from benchmark_scripts import BENCHMARKS, load_benchmark
 
 from verl_prime_lora.preflight import memory as mem
-from verl_prime_lora.preflight.memory import R1_DISTILL_QWEN_1_5B_CONFIG
+from verl_prime_lora.preflight import model_shape
+from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
 SCRIPT = BENCHMARKS / "gpu_memory_check.py"
 
@@ -33,11 +34,11 @@ def test_plan_holds_the_seed_workers_with_the_preflight_estimate(seed_plan):
     for engine in engines.values():
         assert engine["recipes"] == ["prime_lora", "prime_lora_colocated"]
         assert engine["spec"]["train_tokens"] == 2 * 4096 and engine["spec"]["infer_tokens"] == 4 * 4096
-    shape = mem.ModelShape.from_hf_config(R1_DISTILL_QWEN_1_5B_CONFIG)
+    shape = model_shape.ModelShape.from_hf_config(R1_DISTILL_QWEN_1_5B_CONFIG)
     prm = engines["PRM (full)"]
     expected = mem.worker_estimate(shape, mem.EngineSpec(**{**prm["spec"], "targets": tuple(prm["spec"]["targets"])}))
     assert prm["estimate"]["peak"] == expected.peak_bytes
-    assert prm["estimate"]["phases"]["optimizer step"] == 2 * 4 * mem.param_count(shape)
+    assert prm["estimate"]["phases"]["optimizer step"] == 2 * 4 * model_shape.param_count(shape)
 
 
 def test_measure_and_compare_run_on_a_shrunken_plan(gmc, seed_plan, tmp_path):
@@ -57,9 +58,9 @@ def test_measure_and_compare_run_on_a_shrunken_plan(gmc, seed_plan, tmp_path):
     got = {e["name"]: e for e in json.loads(measured.read_text())["engines"]}
     assert all("error" not in e for e in got.values()), got
     # the LoRA actor trains only its adapters; the PRM every parameter
-    shape = mem.ModelShape.from_hf_config(tiny["model_config"])
-    assert got["actor (LoRA r=32)"]["trainable_params"] == mem.lora_param_count(shape, 32, mem.LINEARS)
-    assert got["PRM (full)"]["params"] == mem.param_count(shape)
+    shape = model_shape.ModelShape.from_hf_config(tiny["model_config"])
+    assert got["actor (LoRA r=32)"]["trainable_params"] == model_shape.lora_param_count(shape, 32, model_shape.LINEARS)
+    assert got["PRM (full)"]["params"] == model_shape.param_count(shape)
     assert got["PRM (full)"]["trainable_params"] == got["PRM (full)"]["params"]
     assert all(set(e["phases"]) == {"log-prob", "update"} for e in got.values())
     table = gmc.compare(plan_path, measured)

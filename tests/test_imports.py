@@ -49,7 +49,8 @@ def run_python(code, tmp_path, **env):
     "module",
     [
         "verl_prime_lora.algo.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
-        "verl_prime_lora.integration.prm_worker",  # the same, through core_algos (and Ray workers unpickle it first)
+        "verl_prime_lora.integration.prm_loss",  # the same, through core_algos (and Ray workers unpickle it first)
+        "verl_prime_lora.integration.prm_worker",
         "verl_prime_lora.integration.prompt_filter",
     ],
 )
@@ -59,7 +60,11 @@ def test_any_module_imports_before_verl_and_registration_happens_once(module, tm
     facts = json.loads(run.stdout.splitlines()[-1])
     assert facts["estimators"] and facts["trainers"] == {"prime_sync": True, "prime_separate_async": True}
     assert not facts["loaded_first"]["verl_prime_lora.rewards.math_format"] and not facts["loaded_first"]["math_verify"]
-    if module in ("verl_prime_lora.algo.core_algos", "verl_prime_lora.integration.prm_worker"):
+    if module in (
+        "verl_prime_lora.algo.core_algos",
+        "verl_prime_lora.integration.prm_loss",
+        "verl_prime_lora.integration.prm_worker",
+    ):
         assert not facts["loaded_first"]["verl"]  # pure math and the PRM's loss: veRL is imported where used
     # veRL's root logger is at WARNING; the package's logger still shows its INFO lines, once
     assert run.stderr.count("an INFO line of the package") == 1

@@ -7,7 +7,11 @@ into a fresh virtualenv that holds nothing but veRL's installed set (this interp
 its path by a plain `.pth` line). The test adds only what keeps it offline and aimed at that venv:
 `--no-index`, `--no-build-isolation` (no setuptools download into an isolated build env), `--no-deps` (veRL's
 set is there already; the extras' CUDA packages are `make check-gpu-extra`'s business), `-q`, `--python VENV`,
-and its own `-w` folder."""
+and its own `-w` folder.
+
+In each install form a PRIME recipe composed where the plugin is not loaded stops the run, before Ray, with the reason
+and the way to load it: the plugin turned off (`VERL_USE_EXTERNAL_PLUGINS=none`) or its import failing, run from
+inside the checkout or outside it."""
 
 import importlib.metadata
 import json
@@ -216,19 +220,70 @@ print(json.dumps({
 """
 
 
+# Loaded by Python at start-up from PYTHONPATH: makes a module that only the plugin imports fail to import, as a
+# broken install would.
+FAILING_IMPORT = """
+import importlib.abc, sys
+
+class FailPluginImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "verl_prime_lora.algo.verl_bindings":
+            raise ImportError("planted by tests/test_packaging.py")
+
+sys.meta_path.insert(0, FailPluginImport())
+"""
+UNLOADED = "a PRIME recipe (+recipe=prime_lora...) is composed, but veRL did not load the plugin ("
+WHY_AND_HOW = {
+    "disabled": (
+        "VERL_USE_EXTERNAL_PLUGINS=none turns veRL's plugin loading off",
+        "Unset VERL_USE_EXTERNAL_PLUGINS, or set it to name prime_lora.",
+    ),
+    "failing": (
+        "importing verl_prime_lora.integration.plugin failed: ImportError: planted by tests/test_packaging.py",
+        "Fix that error: `python -c 'import verl_prime_lora.integration.plugin'` shows its traceback.",
+    ),
+}
+# Sub-cases per install form, crossed so that both forms run inside and outside the checkout and meet both causes
+# (four runs of main_ppo instead of eight; whether the recipe is found depends on form and folder, the reason on
+# the cause alone).
+UNLOADED_CASES = {
+    "wheel": (("inside", "disabled"), ("outside", "failing")),
+    "clone": (("inside", "failing"), ("outside", "disabled")),
+}
+
+
+def assert_missing_plugin_is_named(run, python: Path, workdir: Path, tmp_path: Path, how: str) -> None:
+    """main_ppo with `+recipe=[prime_lora_colocated,cpu]`, as in the report that the plugin's absence went unnamed:
+    each case of `UNLOADED_CASES[how]` stops before Ray with the reason and the remedy."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "sitecustomize.py").write_text(FAILING_IMPORT, encoding="utf-8")
+    for where, cause in UNLOADED_CASES[how]:
+        env = {"VERL_USE_EXTERNAL_PLUGINS": "none"} if cause == "disabled" else {"PYTHONPATH": str(planted)}
+        env["HYDRA_FULL_ERROR"] = "0"  # Hydra's own report, as a user sees it
+        args = [str(python), "-m", "verl.trainer.main_ppo", "+recipe=[prime_lora_colocated,cpu]"]
+        stopped = run([*args, f"hydra.run.dir={tmp_path / 'hydra'}"], cwd=REPO if where == "inside" else workdir, **env)
+        reason, remedy = WHY_AND_HOW[cause]
+        said = " ".join(stopped.stderr.split())
+        assert stopped.returncode != 0 and "Started a local Ray instance" not in stopped.stdout + stopped.stderr
+        assert UNLOADED + reason + ")" in said and remedy in said, (how, where, cause, stopped.stderr[-3000:])
+        assert "full_key: hydra.callbacks.verl_prime_lora" in said  # the recipe's callback: before veRL's main ran
+
+
 @pytest.mark.parametrize("how", ["wheel", "clone"])
 def test_readme_install_lines_resolve_the_recipe_in_a_fresh_venv(how, wheel, tmp_path):
     """A fresh venv with veRL's set and this package installed by the README's line (`pip install -e` in the
     clone, or the built wheel): veRL loads the plugin once, from that install, and `+recipe=prime_lora`
-    composes from a directory outside the checkout."""
+    composes from a directory outside the checkout. Where the plugin is not loaded, the recipe says so
+    (`assert_missing_plugin_is_named`)."""
     python, site = fresh_venv_with_verls_set(tmp_path)
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VERL_USE_EXTERNAL_PLUGINS")}
     env.update(HYDRA_FULL_ERROR="1", PYTHONNOUSERSITE="1")
 
-    def run(args, cwd=workdir, timeout=300):
-        return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    def run(args, cwd=workdir, timeout=300, **extra_env):
+        return subprocess.run(args, cwd=cwd, env={**env, **extra_env}, capture_output=True, text=True, timeout=timeout)
 
     verls_set = Path(sysconfig.get_path("purelib"))
     before = run([str(python), "-c", BEFORE_PROBE])
@@ -271,3 +326,5 @@ def test_readme_install_lines_resolve_the_recipe_in_a_fresh_venv(how, wheel, tmp
     assert main.returncode == 0, main.stderr[-3000:]
     assert "adv_estimator: prime_grpo" in main.stdout
     assert "\nrecipe:" not in main.stdout
+
+    assert_missing_plugin_is_named(run, python, workdir, tmp_path, how)

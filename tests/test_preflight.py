@@ -14,7 +14,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl_prime_lora import preflight as pf
 from verl_prime_lora.preflight import memory as mem
-from verl_prime_lora.preflight.memory import GIB, R1_DISTILL_QWEN_1_5B_CONFIG, ModelShape
+from verl_prime_lora.preflight import model_shape
+from verl_prime_lora.preflight.memory import GIB
+from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG, ModelShape
 
 SEED_CONFIG = R1_DISTILL_QWEN_1_5B_CONFIG  # the seed's base model: actor, PRM and reference
 SEED_PARAMS = 1_777_088_000
@@ -110,7 +112,7 @@ def rows(report: pf.Report, gpu: int = 0) -> dict[str, float]:
 
 def test_seed_shape_parameter_count_matches_transformers():
     shape = ModelShape.from_hf_config(SEED_CONFIG)
-    assert mem.param_count(shape) == SEED_PARAMS  # ≈ 1.78B, untied embeddings
+    assert model_shape.param_count(shape) == SEED_PARAMS  # ≈ 1.78B, untied embeddings
     assert meta_param_count(SEED_CONFIG) == SEED_PARAMS
     # the formula written out: embeddings + lm_head + final norm + 28 x (q/k/v with bias, o, MLP, 2 norms)
     h, i, kv, v = 1536, 8960, 2 * 128, 151936
@@ -121,7 +123,7 @@ def test_seed_shape_parameter_count_matches_transformers():
 @pytest.mark.parametrize("name", sorted(TINY_SHAPES))
 def test_parameter_formula_matches_transformers_on_tiny_shapes(name):
     config = TINY_SHAPES[name]
-    assert mem.param_count(ModelShape.from_hf_config(config)) == meta_param_count(config)
+    assert model_shape.param_count(ModelShape.from_hf_config(config)) == meta_param_count(config)
 
 
 def test_lora_parameter_count_matches_peft():
@@ -134,8 +136,8 @@ def test_lora_parameter_count_matches_peft():
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=targets))
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     shape = ModelShape.from_hf_config(config)
-    assert mem.lora_param_count(shape, 4, mem.lora_targets(targets)) == trainable
-    assert mem.lora_targets("all-linear") == mem.LINEARS
+    assert model_shape.lora_param_count(shape, 4, model_shape.lora_targets(targets)) == trainable
+    assert model_shape.lora_targets("all-linear") == model_shape.LINEARS
 
 
 def test_unsupported_architecture_is_a_config_error():
@@ -153,8 +155,10 @@ def test_activation_and_logit_formulas_on_the_seed_shape():
     assert mem.layer_activation_bytes(shape, c) == per_layer == 97_280
     # LoRA r on the 7 linears with dropout: c·r + (c + 1)·in per linear
     ins = [h, h, h, q, h, h, i]
-    assert mem.layer_activation_bytes(shape, c, 32, mem.LINEARS, 0.05) == per_layer + sum(c * 32 + 3 * x for x in ins)
-    assert mem.layer_activation_bytes(shape, c, 32, mem.LINEARS, 0.0) == per_layer + 7 * c * 32
+    assert mem.layer_activation_bytes(shape, c, 32, model_shape.LINEARS, 0.05) == per_layer + sum(
+        c * 32 + 3 * x for x in ins
+    )
+    assert mem.layer_activation_bytes(shape, c, 32, model_shape.LINEARS, 0.0) == per_layer + 7 * c * 32
     tokens = 2 * 4096
     full = mem.train_activation_bytes(shape, tokens, c, checkpointing=False)
     ckpt = mem.train_activation_bytes(shape, tokens, c, checkpointing=True)
@@ -203,8 +207,12 @@ def test_optimizer_step_is_the_full_parameter_peak_on_short_micro_batches():
     step = sum(r.bytes for r in est.phases["optimizer step"])
     assert step == 2 * 4 * SEED_PARAMS
     assert est.peak_phase == "optimizer step"
-    lora = mem.worker_estimate(shape, mem.EngineSpec(**{**spec.__dict__, "lora_rank": 32, "targets": mem.LINEARS}))
-    assert sum(r.bytes for r in lora.phases["optimizer step"]) == 2 * 4 * mem.lora_param_count(shape, 32, mem.LINEARS)
+    lora = mem.worker_estimate(
+        shape, mem.EngineSpec(**{**spec.__dict__, "lora_rank": 32, "targets": model_shape.LINEARS})
+    )
+    assert sum(r.bytes for r in lora.phases["optimizer step"]) == 2 * 4 * model_shape.lora_param_count(
+        shape, 32, model_shape.LINEARS
+    )
 
 
 # -- the seed's layouts ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The PRIME step as the trainer wires it, without Ray: `PrimeTrainerMixin._compute_advantage` (the batch's
-accounting, `_prm_step`, `_advantage_step`) over an in-memory TransferQueue and a stand-in for the PRM worker group
-(`prm_worker.ImplicitPRM`), and the gate's state through `_save_checkpoint` / `_load_checkpoint`.
+accounting, the PRM's forward and update, the rewards, `_advantage_step`: `prime_step.PrimeStep`) over an in-memory
+TransferQueue and a stand-in for the PRM worker group (`prm_worker.ImplicitPRM`), and the gate's state through
+`_save_checkpoint` / `_load_checkpoint`.
 
 What these pin is the wiring between parts that have tests of their own: the process gate's weight and the process
 term's sign reach the advantages written back to TransferQueue (checked against a float64 computation written out
@@ -20,9 +21,12 @@ from omegaconf import OmegaConf
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from verl_prime_lora.config import run_config
+from verl_prime_lora.config.prime import PrimeConfigError
 from verl_prime_lora.config.run import REF_FROZEN
+from verl_prime_lora.integration import prime_step as prime_step_module
 from verl_prime_lora.integration import trainer as trainer_module
-from verl_prime_lora.integration.prm_worker import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD
+from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
+from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD
 from verl_prime_lora.integration.reward_failures import ERROR_KEY, FAILED_KEY
 from verl_prime_lora.integration.step_guards import NonFiniteError
 
@@ -45,6 +49,12 @@ REFERENCE_OPTIONS = (
     "algorithm.prime.process_gate=null",
     f"prime.prm.beta={BETA}",
 )
+
+
+@pytest.fixture(autouse=True)
+def _in_a_prime_runs_task_runner(monkeypatch):
+    """The trainers here are built where a PRIME trainer runs: in a Ray job that the PRIME recipe marked."""
+    monkeypatch.setenv(PRIME_RUN_ENV, "1")
 
 
 def _nested(rows):
@@ -204,8 +214,8 @@ def prime_step(monkeypatch, rows: list[Row], *overrides, ema=0.5, update_metrics
     """The trainer of a PRIME step on `rows` (groups of 2, one prompt per uid) with the colocated recipe and
     `overrides`, its TransferQueue and PRM replaced by the stand-ins above, the gate's running mean at `ema`."""
     fake_tq = FakeTransferQueue(rows)
-    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", fake_tq.kv_batch_get)
-    monkeypatch.setattr(trainer_module.tq, "kv_batch_put", fake_tq.kv_batch_put)
+    monkeypatch.setattr(prime_step_module.tq, "kv_batch_get", fake_tq.kv_batch_get)
+    monkeypatch.setattr(prime_step_module.tq, "kv_batch_put", fake_tq.kv_batch_put)
     prompts = len({row.uid for row in rows})
     trainer = StepTrainer(
         colocated(f"data.train_batch_size={prompts}", "actor_rollout_ref.rollout.n=2", *REFERENCE_OPTIONS, *overrides)
@@ -256,6 +266,13 @@ MIXED = [
     Row("b", 1.0, ref=[-0.3, -0.9], before=[0.1, -0.5], after=[0.6, -1.2]),
     Row("b", 0.0, ref=[-2.0, -1.0, -0.4, -0.8], before=[-2.3, -1.3, -0.7, -1.1], after=[-1.1, -0.6, -0.2, -0.3]),
 ]
+
+
+def test_a_prime_trainer_outside_a_marked_ray_job_is_refused_naming_the_key(monkeypatch):
+    """Without the recipe's marker its workers would train unpatched: the trainer stops before anything starts."""
+    monkeypatch.delenv(PRIME_RUN_ENV)
+    with pytest.raises(PrimeConfigError, match=rf"^ray_kwargs\.ray_init\.runtime_env\.env_vars\.{PRIME_RUN_ENV}: "):
+        StepTrainer(colocated())
 
 
 def test_the_reference_is_the_paper_formula_on_a_hand_computed_case():
@@ -363,7 +380,7 @@ def test_a_non_finite_prm_update_stops_the_step_before_any_advantage(monkeypatch
 
 def test_non_finite_token_process_rewards_stop_the_step_before_any_advantage(monkeypatch):
     """A NaN in the PRM's log-probs on a response token (row 2, token 1) makes that token's process reward NaN:
-    the trainer's check (`step_guards.check_finite` in `_prm_step`) stops the run naming `prime.prm`, the row and
+    the trainer's check (`step_guards.check_finite` at the rewards) stops the run naming `prime.prm`, the row and
     the step, before the estimator runs and before any advantage is written back."""
     rows = [Row(r.uid, r.acc, r.ref, list(r.before), list(r.after)) for r in MIXED]
     rows[2].before[1] = rows[2].after[1] = math.nan
@@ -519,7 +536,7 @@ def test_a_step_past_the_warm_up_with_a_ranking_at_chance_logs_the_alert_and_war
     rows = [Row(r.uid, r.acc, r.ref, before=list(r.ref), after=r.after) for r in MIXED]
     fake = prime_step(monkeypatch, rows, ema=0.45)
     fake.trainer.prm_alarm.steps = WARMUP_STEPS - 1
-    with caplog.at_level("WARNING", logger=trainer_module.logger.name):
+    with caplog.at_level("WARNING", logger=prime_step_module.logger.name):
         step = fake.run()
     assert step.metrics["prm/dpo_acc_before_mixed_ema"] == pytest.approx(0.9 * 0.45 + 0.1 * 0.5)
     assert step.metrics["prm/alert/ranking"] == 1.0 and step.metrics["prm/alert/silent"] == 0.0

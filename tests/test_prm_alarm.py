@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY
+from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
 from verl_prime_lora.integration.prm_alarm import RANKING_METRIC, SILENT_METRIC, WARMUP_STEPS, PrmAlarm
-from verl_prime_lora.integration.prm_worker import outcome_labels
-from verl_prime_lora.integration.trainer import prm_rewards_and_metrics
+from verl_prime_lora.integration.step_rows import outcome_labels
 
 
 def step_metrics(ema: float, groups_on: float = 1.0, gate: float = 1.0) -> dict[str, float]:

@@ -191,13 +191,17 @@ def test_the_readmes_sdpa_way_out_is_the_drivers():
 
 
 @pytest.mark.parametrize(
-    "policy, reason",
+    "policy, reason, remedy",
     [
-        ("none", "VERL_USE_EXTERNAL_PLUGINS=none turns veRL's plugin loading off"),
-        ("other_plugin", "VERL_USE_EXTERNAL_PLUGINS=other_plugin does not name prime_lora"),
+        ("none", "VERL_USE_EXTERNAL_PLUGINS=none turns veRL's plugin loading off", "Unset VERL_USE_EXTERNAL_PLUGINS"),
+        (
+            "other_plugin",
+            "VERL_USE_EXTERNAL_PLUGINS=other_plugin does not name prime_lora",
+            "Add prime_lora to VERL_USE_EXTERNAL_PLUGINS",
+        ),
     ],
 )
-def test_a_recipe_composed_without_the_plugin_stops_before_ray_with_the_reason(monkeypatch, policy, reason):
+def test_a_recipe_composed_without_the_plugin_stops_before_ray_with_the_reason(monkeypatch, policy, reason, remedy):
     from verl_prime_lora.integration import plugin_state
 
     cfg = compose_ppo("+recipe=prime_lora")
@@ -208,7 +212,21 @@ def test_a_recipe_composed_without_the_plugin_stops_before_ray_with_the_reason(m
         cfg.trainer.use_v1  # noqa: B018 - main_ppo reads it in the driver, before run_ppo starts Ray
     message = str(err.value)
     assert "a PRIME recipe (+recipe=prime_lora...) is composed, but veRL did not load the plugin" in message
-    assert reason in message
+    assert reason in message and remedy in message
+
+
+def test_a_checkout_that_is_not_installed_is_named(monkeypatch):
+    """Run from inside a checkout that was never installed, Python finds the package (and Hydra its recipes) on the
+    path, but veRL finds no entry point to load."""
+    import importlib.metadata
+
+    from verl_prime_lora.integration import plugin_state
+
+    cfg = compose_ppo("+recipe=prime_lora")
+    monkeypatch.setattr(plugin_state, "_registered", False)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    with pytest.raises(Exception, match=r"\(verl-prime-lora is not installed in this environment .*pip install -e \."):
+        cfg.trainer.use_v1  # noqa: B018
 
 
 def test_a_plugin_that_failed_to_import_is_named_with_its_error(monkeypatch):
@@ -220,8 +238,13 @@ def test_a_plugin_that_failed_to_import_is_named_with_its_error(monkeypatch):
     monkeypatch.setattr(plugin_state, "_registered", False)
     monkeypatch.setattr(plugin_state, "_import_plugin", failing)
     cfg = compose_ppo("+recipe=prime_lora_colocated")
-    with pytest.raises(Exception, match="importing verl_prime_lora.integration.plugin failed: ImportError: verl-"):
+    with pytest.raises(
+        Exception, match="importing verl_prime_lora.integration.plugin failed: ImportError: verl-"
+    ) as err:
         cfg.trainer.use_v1  # noqa: B018
+    assert "Fix that error: `python -c 'import verl_prime_lora.integration.plugin'` shows its traceback." in str(
+        err.value
+    )
 
 
 def test_the_cpu_preset_keeps_the_fp32_threshold():

@@ -22,22 +22,14 @@ from verl.trainer.ppo.v1.utils import MetricsAggregator
 
 import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
 from verl_prime_lora.algo.core_algos import balanced_label_weights
+from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.config import prime_config, run_config
 from verl_prime_lora.config.run import reward_function_name
 from verl_prime_lora.config.verl_view import verl_view
 from verl_prime_lora.integration import prompt_filter
 from verl_prime_lora.integration import reward_failures as rf
-from verl_prime_lora.integration.prm_worker import (
-    PRM_LABEL_FIELD,
-    PRM_REF_FIELD,
-    PRM_WEIGHT_FIELD,
-    labelled_rows,
-    labels_from_extra_fields,
-    nested_rows,
-    prm_loss,
-    unlabelled_rows,
-)
+from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD, prm_loss
 from verl_prime_lora.integration.prompt_filter import AccuracyBandFilterMixin, BandFilter
 from verl_prime_lora.integration.reward_failures import (
     ERROR_KEY,
@@ -46,7 +38,7 @@ from verl_prime_lora.integration.reward_failures import (
     account_rollouts,
     guarded_score,
 )
-from verl_prime_lora.integration.trainer import prm_rewards_and_metrics
+from verl_prime_lora.integration.step_rows import labelled_rows, labels_from_extra_fields, nested_rows, unlabelled_rows
 from verl_prime_lora.rewards.reward_info import LABEL_UNKNOWN_KEY
 
 PRIME_CONFIG = {
@@ -521,9 +513,10 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     from types import SimpleNamespace
 
     import verl_prime_lora.integration.trainer as trainer_module
+    from verl_prime_lora.integration import prime_step
 
     keys, is_padding, fields = _batch()
-    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
+    monkeypatch.setattr(prime_step.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
     trainer.watchdog = trainer_module.StepWatchdog()
@@ -649,10 +642,11 @@ def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatc
     from types import SimpleNamespace
 
     import verl_prime_lora.integration.trainer as trainer_module
+    from verl_prime_lora.integration import prime_step
 
     keys = ["a_0_0", "a_1_0", "a_2_0"]
     fields = [_unusable()] * 3
-    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
+    monkeypatch.setattr(prime_step.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
     trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
     trainer.watchdog = trainer_module.StepWatchdog()

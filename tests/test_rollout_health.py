@@ -12,8 +12,15 @@ from types import SimpleNamespace
 import pytest
 
 from verl_prime_lora.integration import rollout_health as rh
+from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
 from verl_prime_lora.integration.reward_failures import RolloutFailureError
 from verl_prime_lora.integration.trainer import PrimeTrainerMixin
+
+
+@pytest.fixture(autouse=True)
+def _in_a_prime_runs_task_runner(monkeypatch):
+    """The trainers here are built where a PRIME trainer runs: in a Ray job that the PRIME recipe marked."""
+    monkeypatch.setenv(PRIME_RUN_ENV, "1")
 
 
 @pytest.fixture
@@ -160,6 +167,7 @@ rh.INTERRUPT_EVERY_S = 0.05
 tr.EngineMonitor = functools.partial(
     rh.EngineMonitor, problem=lambda address: "/health answered 503", check_every_s=0.05, checks_to_dead=2
 )
+
 
 class WaitsForEver:
     def fit(self):

@@ -10,6 +10,8 @@ from verl_prime_lora.run_processes import (
     RUN_MARKER,
     RunProcess,
     cpu_seconds_by_name,
+    kill_run,
+    pids_with_marker,
     process_name,
     run_processes,
     start_order,
@@ -77,3 +79,34 @@ def test_a_later_child_is_read_as_starting_later():
         for child in (first, second):
             child.kill()
             child.wait()
+
+
+DRIVER = """
+import subprocess, sys, time
+from verl_prime_lora.run_processes import reap_after_driver
+reap_after_driver()
+subprocess.Popen(["sleep", "600"])  # a child in the driver's session
+subprocess.Popen(["sleep", "600"], start_new_session=True)  # a daemon of its own (as Ray's GCS and raylet are)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_watcher_ends_a_run_whose_driver_is_terminated():
+    """`reap_after_driver`: a driver ended by SIGTERM (a scheduler's stop, `kill`) leaves marked processes, in its
+    session and outside it; the watcher kills them all within its poll and SIGTERM's effect."""
+    run_id = uuid.uuid4().hex
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER], env={**os.environ, RUN_MARKER: run_id}, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert driver.stdout.readline().strip() == "ready"
+        assert len(pids_with_marker(run_id)) == 3  # the driver and its two sleeps (the watcher is not marked)
+        driver.terminate()
+        driver.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pids_with_marker(run_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pids_with_marker(run_id)
+    finally:
+        kill_run(run_id)

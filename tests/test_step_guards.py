@@ -14,7 +14,9 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 
+from verl_prime_lora.integration import advantage_writeback
 from verl_prime_lora.integration import trainer as trainer_module
+from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
 from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
 
@@ -24,6 +26,12 @@ VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 # --------------------------------------------------------------------------------------------------
 # numbers
 # --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _in_a_prime_runs_task_runner(monkeypatch):
+    """The trainers here are built where a PRIME trainer runs: in a Ray job that the PRIME recipe marked."""
+    monkeypatch.setenv(PRIME_RUN_ENV, "1")
 
 
 @pytest.mark.parametrize("number", [0, 1.5, -2, True, np.float32(0.5), np.int64(3), torch.tensor(0.25)])
@@ -190,7 +198,7 @@ def test_non_finite_advantages_are_not_written_back(monkeypatch):
     """A NaN reward that bypassed the reward guard (here: in rm_scores) stops in `_advantage_step`, before
     TransferQueue gets the advantages."""
     written = []
-    monkeypatch.setattr(trainer_module.tq, "kv_batch_put", lambda **kw: written.append(kw))
+    monkeypatch.setattr(advantage_writeback.tq, "kv_batch_put", lambda **kw: written.append(kw))
     trainer = PrimeTrainerWithoutVerl(colocated())  # the mixin's own __init__: every attribute a step reads
     trainer.global_steps = 6
     mask = torch.ones(4, 3)

@@ -38,7 +38,7 @@ class Canary(NamedTuple):
 
 
 CANARIES = [
-    # -- trainer.py: PrimeTrainerMixin on veRL's V1 PPOTrainer ------------------------------------
+    # -- trainer.py, prime_step.py, advantage_writeback.py: the PRIME trainers on veRL's V1 PPOTrainer --------
     Canary(
         f"{TB}.__init__",
         "ca0871b9dcfc0c8d",
@@ -81,7 +81,7 @@ CANARIES = [
         f"{TB}._compute_old_log_prob",
         "44d291a7cc1930e9",
         "verl_prime_lora/config/run.py: reference_source; "
-        "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
+        "integration/prime_step.py: PrimeStep._prm_reference_log_probs",
         "old_log_probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `old_log_probs`",
     ),
@@ -95,7 +95,7 @@ CANARIES = [
         f"{TB}._compute_ref_log_prob",
         "0083e371d1a9d87d",
         "verl_prime_lora/config/run.py: reference_source; "
-        "integration/trainer.py: PrimeTrainerMixin._prm_reference_log_probs",
+        "integration/prime_step.py: PrimeStep._prm_reference_log_probs",
         "ref log-probs are still computed at the rollout temperature (reused for the PRM only at 1.0) "
         "and stored under the field name `ref_log_prob`",
     ),
@@ -116,35 +116,38 @@ CANARIES = [
     Canary(
         f"{TB}._compute_advantage",
         "c9c63319c62aa27b",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._compute_advantage, steps 5 and 6",
-        "step 5 repeats the pre-processing (token_level_scores, KL penalty, rollout correction) and step 6 "
-        "the fields written back to TransferQueue; the estimator call (compute_advantage_for_multi_"
-        "trajectories) is replaced by prime_advantages",
+        "verl_prime_lora/integration/advantage_writeback.py (the one copy of it): read_step_data, "
+        "preprocess_rewards, write_back; verl_prime_lora/integration/prime_step.py: PrimeStep._advantage_step",
+        "read_step_data repeats the read (fields, padding, uid), preprocess_rewards the pre-processing "
+        "(token_level_scores, KL penalty, rollout correction) and write_back the fields written back to "
+        "TransferQueue; the estimator call (compute_advantage_for_multi_trajectories) is replaced by "
+        "prime_step.prime_advantages",
     ),
-    # -- prm_worker.py: the pre-update log-probs captured in the update (prm/pre_update_from_update) ---------
+    # -- prm_loss.py, prm_worker.py: the pre-update log-probs captured in the update (prm/pre_update_from_update) --
     Canary(
         "verl.workers.engine_workers:TrainingWorker.train_mini_batch",
         "89c6837320994ec5",
-        "verl_prime_lora/integration/prm_worker.py: update_forward_is_pre_update, assemble_captured_log_probs",
+        "verl_prime_lora/integration/prm_passes.py: update_forward_is_pre_update; "
+        "verl_prime_lora/integration/prm_worker.py: assemble_captured_log_probs",
         "one mini-batch of the whole batch still means every row's first forward precedes the first optimizer "
         "step; list-valued loss metrics still come back (flattened once) in output['metrics'] in epoch order",
     ),
     Canary(
         "verl.workers.engine_workers:TrainingWorker._postprocess_output",
         "6952271cb3e15503",
-        "verl_prime_lora/integration/prm_worker.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
+        "verl_prime_lora/integration/prm_loss.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
         "loss metrics other than loss/grad_norm/lr are still all-gathered over DP as objects, not reduced",
     ),
     Canary(
         "verl.workers.engine.utils:postprocess_batch_func",
         "464a425a43e147a2",
-        "verl_prime_lora/integration/prm_worker.py: prm_loss's CAPTURED_LOG_PROBS metric",
+        "verl_prime_lora/integration/prm_loss.py: prm_loss's CAPTURED_LOG_PROBS metric",
         "each micro-batch's loss metrics are still appended as they are (append_to_dict)",
     ),
     Canary(
         "verl.workers.utils.losses:value_loss",
         "9f767d689be7de00",
-        "verl_prime_lora/integration/prm_worker.py: prm_loss",
+        "verl_prime_lora/integration/prm_loss.py: prm_loss",
         "prm_loss follows the same global-mini-batch normalisation (dp_size, global_batch_size)",
     ),
     # -- prompt_filter.py: the accuracy band on veRL's replay buffer ----------------------------------
@@ -405,7 +408,7 @@ def test_verl_agent_loops_return_one_output_per_session():
     for name, entry in _agent_loop_registry.items():
         assert not _run_returns_list(get_class(entry["_target_"])), (
             f"veRL's agent loop {name!r} now returns a list of outputs: the PRIME trainers refuse it only at step 1 "
-            "(trainer.refuse_multi_output_sessions); make checks.inputs.agent_loops refuse it before Ray"
+            "(step_rows.refuse_multi_output_sessions); make checks.inputs.agent_loops refuse it before Ray"
         )
 
 

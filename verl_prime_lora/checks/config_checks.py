@@ -41,7 +41,7 @@ from verl_prime_lora.config.run import (
     training_ranks,
     uses_reference_policy,
 )
-from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, raw_value, verl_view
+from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, verl_view
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:
@@ -59,27 +59,12 @@ def _fail(key: str, message: str) -> None:
     raise PrimeConfigError(f"{key}: {message}")
 
 
-def check_stray_recipe(config: Any) -> None:
-    """Any veRL run: a `+recipe=NAME` that Hydra did not resolve is a stray string key, named here."""
-    recipe = raw_value(config, "recipe") if isinstance(config, DictConfig) else None
-    if isinstance(recipe, str):
-        _fail(
-            key_of(VerlView, "recipe"),
-            f"is the plain string {recipe!r}: Hydra did not find the config group `recipe`, so "
-            f"`+recipe={recipe}` became a stray key and none of the recipe was applied. Reinstall "
-            "verl-prime-lora (its Hydra search-path plugin registers the group) and check "
-            "`python -m verl.trainer.main_ppo --info searchpath`.",
-        )
-
-
 def validate_prime_config(config: Any, check_tokenizers: bool = True, view: VerlView | None = None) -> RunConfig | None:
     """Raise `PrimeConfigError` naming the key if `config` cannot run PRIME correctly; else its `RunConfig`.
 
     `view`: the config's `VerlView`, when the caller has read it already. A config that neither selects a PRIME
-    trainer nor a PRIME estimator is left alone (apart from the stray-`recipe` check; None is returned), so plain
-    veRL runs are unaffected.
+    trainer nor a PRIME estimator is left alone (None is returned), so plain veRL runs are unaffected.
     """
-    check_stray_recipe(config)
     if not is_prime_run(config):
         return None
     view = verl_view(config) if view is None else view

@@ -8,7 +8,8 @@ lookup imports veRL's tracker-file reader when called).
 **Which runs are PRIME runs** (`is_prime_run`): those whose `trainer.v1.trainer_mode` is a PRIME trainer
 (`prime_sync`, `prime_separate_async`) or whose `algorithm.adv_estimator` is a PRIME estimator
 (`prime_grpo`, `prime_rloo`). Only these get the plugin's checks before Ray, its reward dry
-run and its reward-failure accounting; every other run sees veRL as it is.
+run and its reward-failure accounting. The plugin's patches follow the PRIME recipes' marker instead
+(`integration.prime_run`): a run not composed from a PRIME recipe is veRL's own.
 """
 
 from __future__ import annotations

@@ -294,7 +294,6 @@ class VerlView(_View):
     """The composed config's veRL keys, by section (see the module docstring); `node` is the config itself."""
 
     node: Any = node()
-    recipe: Any = key("recipe")
     hybrid_engine: Any = key("actor_rollout_ref.hybrid_engine")
     trainer: TrainerView = key("trainer")
     data: DataView = key("data")

@@ -1,21 +1,22 @@
-"""Every monkeypatch of veRL that the plugin makes (the CPU platform keeps its own in `cpu/patches.py`).
+"""Every monkeypatch of veRL that the plugin makes, and its one warnings filter (the CPU platform keeps its own patches
+in `cpu/patches.py`). They act on PRIME runs only: importing this module applies them all (`apply_all`), and only a
+process of a PRIME run imports it (`integration.prime_run`: the plugin in a PRIME run's Ray processes, the recipe's
+Hydra callback in its driver). Any other run sees veRL as it is.
 
-veRL 0.9.1 offers no hook for these five things, so each is a thin wrapper around one veRL function, applied
-where veRL's module is imported (`MODULE_PATCHES`; `integration.plugin.REGISTERING_MODULES` imports this module
-at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.run.is_prime_run`); 2, 3 and
-5 fix veRL for every run (a key veRL defines but its FSDP engine ignores; a crash of the split trainer; a torn tracker).
+veRL 0.9.1 offers no hook for these things, so each is a thin wrapper around one veRL function, applied where veRL's
+module is imported (`MODULE_PATCHES`, which also lists what each replaces), idempotent.
 
-1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which
-   `verl/trainer/main_ppo.py` calls in the driver right before `run_ppo` starts Ray.
-   For a PRIME run the wrapper runs `checks.inputs.check_devices` first (a missing device is blamed as
-   such, not as the micro-batch arithmetic that assumed it), then `config_checks.validate_prime_config`,
-   `environment_checks.check_environment` (the packages, GPUs and credentials the configured path needs),
-   then `checks.inputs.check_files_and_code` (model folders, data files, a reward dry run, agent loops,
-   the resumed checkpoint), so a bad PRIME config or input fails before Ray with a message naming the
-   key, instead of minutes later inside a Ray actor. Any run with a stray `recipe` string (`+recipe=...`
-   that did not resolve, so PPO would run instead of PRIME) is refused. It works because `python -m
-   verl.trainer.main_ppo` executes `from verl.utils.config import validate_config` (main_ppo.py)
-   after `import verl` has loaded the plugins.
+1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which `verl/trainer/main_ppo.py` calls in
+   the driver right before `run_ppo` starts Ray. For a run with a PRIME trainer or estimator
+   (`config.run.is_prime_run`) the wrapper runs `checks.inputs.check_devices` (a missing device is blamed as such,
+   not as the micro-batch arithmetic that assumed it), `config_checks.validate_prime_config`,
+   `environment_checks.check_environment` (the packages, GPUs and credentials the configured path needs), then
+   `checks.inputs.check_files_and_code` (model folders, data files, a reward dry run, agent loops, the resumed
+   checkpoint), so a bad PRIME config or input fails before Ray with a message naming the key, instead of minutes
+   later inside a Ray actor. The driver learns that its run is PRIME only once Hydra composed the config, after
+   `main_ppo` bound `validate_config` by name: `apply_in_driver` points that name at the wrapper too. (Hydra's
+   callbacks, the hook that runs at that moment, cannot stop a run: Hydra turns an exception raised in one into a
+   warning.)
 
 2. `install_lora_dropout` wraps `FSDPEngine._build_lora_module`
    (`verl/workers/engine/fsdp/transformer_impl.py`), whose `LoraConfig` has no
@@ -32,20 +33,26 @@ at `import verl`), idempotent. Scope: 1 and 4 act on PRIME runs only (`config.ru
    (`hybrid_engine=false`, the seed's 2-GPU layout) dies with "Logger._log() got an unexpected
    keyword argument 'flush'". The module's logger is wrapped in an adapter that drops the argument.
 
-5. `publish_checkpoint_tracker_atomically` — veRL 0.9.1's `PPOTrainer._save_checkpoint`
-   (verl/trainer/ppo/v1/trainer_base.py) publishes a checkpoint by writing `latest_checkpointed_iteration.txt` in
-   place (`open(path, "w")`, then `write`): a crash between the two leaves an empty tracker that veRL's resume cannot
-   parse. The module's `open` is given a wrapper that writes that one file beside itself and renames it over
-   (`checkpoint_files.write_atomically`); every other file opens as before. Acts on every run.
-
 4. `install_reward_failure_guard` wraps `RewardLoopWorker.compute_score`
    (`verl/experimental/reward_loop/reward_loop.py`), the one call through which the agent loop
    (`agent_loop.py`) and the colocated reward path (`compute_score_batch`, `reward_loop.py`)
    score each rollout. For PRIME trainers an exception there, or a call past `prime.reward_timeout_s`, becomes a
    counted failed row instead of a dropped rollout with a traceback each, or a stalled step
    (`verl_prime_lora.integration.reward_failures`), and
-   `compute_score_batch` gives a batch's failed rows the key set of its scored rows; other trainers
-   are left as veRL has them.
+   `compute_score_batch` gives a batch's failed rows the key set of its scored rows; a run of the recipe with one of
+   veRL's own trainers keeps veRL's behaviour.
+
+5. `publish_checkpoint_tracker_atomically` — veRL 0.9.1's `PPOTrainer._save_checkpoint`
+   (verl/trainer/ppo/v1/trainer_base.py) publishes a checkpoint by writing `latest_checkpointed_iteration.txt` in
+   place (`open(path, "w")`, then `write`): a crash between the two leaves an empty tracker that veRL's resume cannot
+   parse. The module's `open` is given a wrapper that writes that one file beside itself and renames it over
+   (`checkpoint_files.write_atomically`); every other file opens as before.
+
+The warnings filter (`hide_missing_engine_warnings`): veRL's engine package warns once per process for every optional
+training backend it cannot import ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni,
+automodel, mindspeed, megatron; verl/workers/engine/__init__.py), five lines in every Ray worker. A Ray process
+applies it at `import verl`, before anything imports that package; it hides those messages only (exact message, that
+module only).
 """
 
 from __future__ import annotations
@@ -53,7 +60,10 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, NamedTuple
 
 from verl_prime_lora.config.run import is_prime_run
 from verl_prime_lora.config.verl_view import model_view, verl_view
@@ -80,11 +90,10 @@ def install_driver_validation(verl_config) -> None:
 
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
-        from verl_prime_lora.checks.config_checks import check_stray_recipe, validate_prime_config
+        from verl_prime_lora.checks.config_checks import validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
         from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
 
-        check_stray_recipe(config)  # `+recipe=...` that did not resolve: the user asked for PRIME and got PPO
         if is_prime_run(config):
             view = verl_view(config)
             check_devices(view)  # the devices first: the config checks' micro-batch arithmetic assumes them
@@ -96,6 +105,20 @@ def install_driver_validation(verl_config) -> None:
         return original(config, *args, **kwargs)
 
     verl_config.validate_config = mark(validate_config)
+
+
+DRIVER_TASK_NAME = "validate_config"  # the name `main_ppo` imports from verl.utils.config
+
+
+def apply_in_driver(task_function) -> None:
+    """In a PRIME run's driver, once Hydra has composed the config (`prime_run.PrimeRunDriver`, which imported this
+    module: the patches are applied): the module of Hydra's task function (`main_ppo`) bound veRL's
+    `validate_config` by name at its import, so that name is pointed at the wrapper too."""
+    import verl.utils.config as verl_config
+
+    task_module = task_function.__globals__
+    if task_module.get(DRIVER_TASK_NAME) is getattr(verl_config.validate_config, "__wrapped__", None):
+        task_module[DRIVER_TASK_NAME] = verl_config.validate_config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,19 +276,42 @@ def publish_checkpoint_tracker_atomically(trainer_base) -> None:
         trainer_base.open = mark(_tracker_open)
 
 
-# module -> its patch, applied where the module is imported (`patching.when_each_imported`)
+# ---------------------------------------------------------------------------------------------
+# the warnings of veRL's engine package about backends it cannot import
+# ---------------------------------------------------------------------------------------------
+
+
+def hide_missing_engine_warnings() -> None:
+    warnings.filterwarnings(
+        "ignore", message=r"\w+ engine is not available: ", category=UserWarning, module=r"verl\.workers\.engine\Z"
+    )
+
+
+class ModulePatch(NamedTuple):
+    apply: Callable[[ModuleType], None]  # patches the module, once it has executed
+    replaces: tuple[str, ...]  # what it sets in the module: `name` or `Class.attribute`
+
+
+# veRL module -> its patch, applied where the module is imported (`patching.when_each_imported`)
 MODULE_PATCHES = {
-    "verl.utils.config": install_driver_validation,
-    "verl.workers.engine.fsdp.transformer_impl": install_lora_dropout,
-    "verl.utils.checkpoint.fsdp_checkpoint_manager": record_lora_dropout_in_checkpoints,
-    "verl.trainer.ppo.v1.trainer_separate_async": tolerate_flush_kwarg_in_separate_async_logger,
-    "verl.experimental.reward_loop.reward_loop": install_reward_failure_guard,
-    "verl.trainer.ppo.v1.trainer_base": publish_checkpoint_tracker_atomically,
+    "verl.utils.config": ModulePatch(install_driver_validation, ("validate_config",)),
+    "verl.workers.engine.fsdp.transformer_impl": ModulePatch(install_lora_dropout, ("FSDPEngine._build_lora_module",)),
+    "verl.utils.checkpoint.fsdp_checkpoint_manager": ModulePatch(
+        record_lora_dropout_in_checkpoints, ("FSDPCheckpointManager._get_lora_train_meta",)
+    ),
+    "verl.trainer.ppo.v1.trainer_separate_async": ModulePatch(
+        tolerate_flush_kwarg_in_separate_async_logger, ("logger",)
+    ),
+    "verl.experimental.reward_loop.reward_loop": ModulePatch(
+        install_reward_failure_guard, ("RewardLoopWorker.compute_score", "RewardLoopWorker.compute_score_batch")
+    ),
+    "verl.trainer.ppo.v1.trainer_base": ModulePatch(publish_checkpoint_tracker_atomically, ("open",)),
 }
 
 
 def apply_all() -> None:
-    when_each_imported(MODULE_PATCHES)
+    hide_missing_engine_warnings()
+    when_each_imported({name: patch.apply for name, patch in MODULE_PATCHES.items()})
 
 
 apply_all()

@@ -5,27 +5,48 @@ veRL imports every entry point of the group `verl.plugins` at `import verl`, in 
 the PRIME estimators or trainers silently unregistered and surface much later as "unknown
 estimator/trainer". So each registering module is imported here under our own guard that logs the
 cause at ERROR, and the import of this module then fails with the list of what did not register.
+
+Under any veRL but the one this plugin is built for (`VERL_VERSION`, setup.py's pin) it registers nothing: its import
+fails with one line that names both versions (logged at ERROR, as veRL would hide it).
+
+Every process gets the registrations, names that a run uses only when it asks for them. The plugin's patches
+(`integration.patches`) are applied in the Ray processes of a PRIME run only (`prime_run.in_prime_run_process`);
+a PRIME run's driver gets them from the recipe's Hydra callback (`prime_run.PrimeRunDriver`).
 """
 
 import functools
 import importlib
 import logging
-import warnings
 
-from verl_prime_lora.algo.verl_bindings import register_recorded_estimators
+from verl_prime_lora import __version__
 from verl_prime_lora.integration import plugin_state
-from verl_prime_lora.patching import when_imported
 
 logger = logging.getLogger(__name__)
 
-# veRL's engine package warns once per process for every optional training backend it cannot import
-# ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni, automodel,
-# mindspeed, megatron; verl/workers/engine/__init__.py) — five lines in every Ray worker. veRL loads this
-# plugin at `import verl`, before anything imports that package, so this filter (exact message, that
-# module only) is in place in time; every other warning still shows.
-warnings.filterwarnings(
-    "ignore", message=r"\w+ engine is not available: ", category=UserWarning, module=r"verl\.workers\.engine\Z"
-)
+VERL_VERSION = "0.9.1"  # the veRL release this plugin overrides private hooks of: setup.py pins `verl==` it
+
+
+class UnsupportedVerlError(ImportError):
+    """The installed veRL is not `VERL_VERSION`: the plugin registers nothing."""
+
+
+def check_verl_version(installed: str) -> None:
+    """Raise `UnsupportedVerlError` (and log its line at ERROR) unless `installed` is `VERL_VERSION`."""
+    if installed != VERL_VERSION:
+        message = (
+            f"verl-prime-lora {__version__} supports veRL {VERL_VERSION} only, and this environment has veRL "
+            f"{installed}: the plugin registers nothing (install veRL {VERL_VERSION}: pip install verl=={VERL_VERSION})"
+        )
+        logger.error(message)
+        raise UnsupportedVerlError(message)
+
+
+# `verl` is mid-import when veRL loads this module; its `__version__` is set before veRL loads any plugin.
+check_verl_version(importlib.import_module("verl").__version__)
+
+from verl_prime_lora.algo.verl_bindings import register_recorded_estimators  # noqa: E402 - veRL's version first
+from verl_prime_lora.integration import prime_run  # noqa: E402
+from verl_prime_lora.patching import when_imported  # noqa: E402
 
 # Each module registers its pieces with veRL / Hydra as an import side effect, except `core_algos`: it
 # imports without veRL and only records its estimators, which `register_all` then hands to veRL.
@@ -34,8 +55,9 @@ REGISTERING_MODULES = (
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
     "verl_prime_lora.integration.hydra_search_path",  # `+recipe=prime_lora` config group
     "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
-    "verl_prime_lora.integration.patches",  # PRIME config checks before Ray starts; LoRA dropout on FSDP
 )
+# Imported, and so applied, in the Ray processes of a PRIME run only: the plugin's patches and warnings filter.
+PRIME_RUN_MODULES = ("verl_prime_lora.integration.patches",)
 # `prime_sync` / `prime_separate_async` register with veRL's V1 trainers, where those are imported (the TaskRunner
 # looks them up there): importing the trainer imports veRL's whole V1 trainer, which most processes never use.
 TRAINERS_MODULE = "verl_prime_lora.integration.trainer"
@@ -52,12 +74,14 @@ def register_trainers(verl_trainers) -> None:
 
 
 def register_all() -> None:
-    """Imports every registering module; registers the recorded advantage estimators where veRL's estimator
-    registry is imported, and the trainers where veRL's V1 trainers are.
+    """Imports every registering module (and, in a PRIME run's Ray process, `PRIME_RUN_MODULES`); registers the
+    recorded advantage estimators where veRL's estimator registry is imported, and the trainers where veRL's V1
+    trainers are.
 
     Each failure is logged at ERROR with its traceback; then one ImportError lists them all.
     """
-    steps = [(name, functools.partial(importlib.import_module, name)) for name in REGISTERING_MODULES]
+    modules = REGISTERING_MODULES + (PRIME_RUN_MODULES if prime_run.in_prime_run_process() else ())
+    steps = [(name, functools.partial(importlib.import_module, name)) for name in modules]
     for what, module, register in (
         ("the advantage estimators", VERL_ESTIMATORS, lambda module: register_recorded_estimators()),
         ("the trainers", VERL_TRAINERS, register_trainers),

@@ -1,20 +1,19 @@
-"""The implicit PRM on veRL's own trainable worker (`TrainingWorker` + FSDP engine).
+"""The implicit PRM's worker group, driven from the trainer: veRL's own trainable worker (`TrainingWorker` + FSDP).
 
 No new worker class and no hand-made training loop: the PRM is a `RayWorkerGroup` of veRL's
 `TrainingWorker` (workers/engine_workers.py), placed on the actor's resource pool, so it shards,
 offloads (`prime.prm.engine.param_offload/optimizer_offload`) and checkpoints like veRL's critic.
-PRIME only supplies
+PRIME supplies its loss (`prm_loss`, which runs inside the workers) and, here, on the trainer's side:
 
-* `prm_loss` — the loss function given to `TrainingWorker.set_loss_fn` (runs inside the worker):
-  BCE-with-logits of z = β·Σ_t (log π_φ − log π_ref)·m against the 0/1 accuracy label, from
-  `core_algos` (the math is not re-implemented here);
 * `build_prm_worker_config` — `prime.prm.*` → `TrainingWorkerConfig` (fp32 master weights,
   bf16 compute by default, the PRM's own lr/scheduler/clip/micro-batch knobs): its `model`, `engine`,
   `optim` and `checkpoint` sections become veRL's own config dataclasses, the batch knobs come from
   the typed `config.prime.PrmConfig`;
-* `ImplicitPRM` — the controller-side handle the trainer uses: log-probs (with or without the LoRA
-  adapter), one update over the batch, save/load; built from the trainer's `RunConfig`. Data travels
-  through TransferQueue exactly as for veRL's critic (`trainer_base.py`).
+* `ImplicitPRM` — the handle the PRIME step uses: log-probs (with or without the LoRA adapter), one update
+  over the batch, save/load; built from the trainer's `RunConfig`. Data travels through TransferQueue exactly
+  as for veRL's critic (`trainer_base.py`);
+* `assemble_captured_log_probs` — the update's pre-update log-probs, put back in row order from what
+  `prm_loss` captured.
 
 Both PRM and reference log-probs are computed at temperature 1.0 (the PRM is a likelihood model,
 not a sampler; veRL divides logits by the rollout temperature only when asked, so we always pass 1.0).
@@ -22,7 +21,6 @@ not a sampler; veRL divides logits by the rollout temperature only when asked, s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from functools import partial
@@ -30,139 +28,14 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf, open_dict
-from tensordict import TensorDict
 
-from verl_prime_lora.algo.core_algos import prm_bce_loss, prm_sequence_logits
 from verl_prime_lora.config import RunConfig
 from verl_prime_lora.config.prime import PrmConfig
 from verl_prime_lora.config.run import PRM_TEMPERATURE, prm_is_lora
-from verl_prime_lora.config.verl_view import ModelView, PrmView
-from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
+from verl_prime_lora.config.verl_view import PrmView
+from verl_prime_lora.integration.prm_loss import CAPTURED_LOG_PROBS, prm_loss
 
 logger = logging.getLogger(__name__)
-
-# TransferQueue fields written by the PRIME trainer for the PRM (per response token, nested).
-PRM_REF_FIELD = "prm_ref_log_prob"  # reference log-probs at temperature 1
-PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the response tokens
-PRM_WEIGHT_FIELD = (
-    "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
-)
-PRM_ROW_FIELD = "prm_row"  # the row's index in the step's batch, repeated likewise (to place captured log-probs)
-# prm_loss's metric carrying the log-probs of its forward, when the update is asked to capture them
-CAPTURED_LOG_PROBS = "prm_captured_log_probs"
-
-
-# ---------------------------------------------------------------------------------------------
-# the loss (runs inside the TrainingWorker)
-# ---------------------------------------------------------------------------------------------
-
-
-def prm_loss(model_output: dict, data: TensorDict, dp_group=None, *, beta: float):
-    """PRM cross-entropy for one micro-batch, normalised over the global mini-batch.
-
-    ℓ = Σ_{valid rows i in micro-batch} w_i · BCEWithLogits(z_i, acc_i) · dp_size / global_batch_size, so the
-    gradients summed over micro-batches and averaged over DP ranks are those of the mean BCE over
-    the mini-batch — veRL's convention for `value_loss`/`ppo_loss` (workers/utils/losses.py).
-    `global_batch_size` counts every row of the mini-batch, padding rows (empty response, excluded
-    from the sum) included.
-    """
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    log_prob = no_padding_2_padding(model_output["log_probs"], data)  # (b, T), keeps the graph
-    padded = data.select("response_mask", PRM_REF_FIELD, PRM_LABEL_FIELD, PRM_WEIGHT_FIELD).to_padded_tensor()
-    mask = padded["response_mask"].to(log_prob.device)
-    ref = padded[PRM_REF_FIELD].to(log_prob.device)
-    labels = padded[PRM_LABEL_FIELD][:, 0].to(log_prob.device)
-    weights = padded[PRM_WEIGHT_FIELD][:, 0].to(log_prob.device)
-    width = min(log_prob.shape[-1], mask.shape[-1])
-    log_prob, ref, mask = log_prob[:, :width], ref[:, :width], mask[:, :width]
-
-    seq_logits = prm_sequence_logits(log_prob.float(), ref.float(), mask, beta)
-    loss_sum = prm_bce_loss(seq_logits, labels, mask, reduction="sum", weights=weights)
-    global_batch_size = data["global_batch_size"] if "global_batch_size" in data.keys() else None
-    dp_size = data["dp_size"] if "dp_size" in data.keys() else 1
-    if global_batch_size:
-        loss = loss_sum * dp_size / global_batch_size
-    else:
-        loss = loss_sum / (mask.sum(-1) > 0).sum().clamp_min(1)
-    metrics = {}
-    if "capture_log_probs" in data.keys() and data["capture_log_probs"]:
-        metrics[CAPTURED_LOG_PROBS] = captured_rows(log_prob, data)
-    return loss, metrics
-
-
-def captured_rows(log_prob: torch.Tensor, data: TensorDict) -> list[tuple[int, torch.Tensor]]:
-    """(row, log-probs of the row's response tokens) for each row of a micro-batch with a response.
-
-    `row` is the row's index in the step's batch (`PRM_ROW_FIELD`), so the rows can be put back in order
-    whatever veRL's split over ranks, micro-batches and token budgets. The values are detached CPU copies:
-    they travel back to the trainer inside the update's metrics (`ImplicitPRM.update(capture=True)`), the
-    one channel veRL's `TrainingWorker.train_mini_batch` returns.
-    """
-    lengths = data["response_mask"].offsets().diff().tolist()
-    rows = data.select(PRM_ROW_FIELD).to_padded_tensor()[PRM_ROW_FIELD]
-    return [
-        (int(rows[i, 0].item()), log_prob[i, :length].detach().float().cpu())
-        for i, length in enumerate(lengths)
-        if length > 0
-    ]
-
-
-def _captured_pairs(value: Any):
-    """The (row, log-probs) pairs inside the nested lists veRL builds from one metric (micro-batches, DP
-    ranks, mini-batches: the nesting depends on the rank count)."""
-    if isinstance(value, tuple):
-        yield value
-    elif value is not None:
-        for item in value:
-            yield from _captured_pairs(item)
-
-
-def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -> torch.Tensor:
-    """(B, width) log-probs, row i from the first capture of row i (later epochs repeat the rows), zero padded.
-
-    Every row with a response must have been captured: a missing one means veRL no longer runs each row
-    through the loss once per epoch, and the pre-update log-probs cannot be taken from the update.
-    """
-    out = torch.zeros(len(lengths), width)
-    seen = set()
-    for row, values in _captured_pairs(captured):
-        if row in seen:
-            continue
-        seen.add(row)
-        if values.shape[0] != lengths[row]:
-            raise RuntimeError(f"PRM update: row {row} has {lengths[row]} tokens, {values.shape[0]} captured")
-        out[row, : min(width, lengths[row])] = values[:width]
-    missing = [row for row, length in enumerate(lengths) if length > 0 and row not in seen]
-    if missing:
-        raise RuntimeError(
-            f"PRM update: rows {missing[:8]} were not captured by the update's forward (veRL's TrainingWorker "
-            "may have changed: tests/test_verl_canaries.py names what to re-read)"
-        )
-    return out
-
-
-def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int, n: int, fp32_compute: bool) -> bool:
-    """Whether the PRM update's first forward of each row gives exactly the pre-update log-probs.
-
-    It does when the whole batch is one mini-batch (no optimizer step before any row's first forward), and
-    the training forward computes what the log-prob forward does: no dropout anywhere in the PRM
-    (`dropout`: `model_dropout`, the model's and, for a LoRA PRM, its adapter's) and, outside fp32 compute
-    (`fp32_compute`: the PRM's `engine.mixed_precision.param_dtype`), the same fixed micro-batches in both, as
-    bf16 results depend on the shapes a kernel is given (measured on CPU in bf16: up to 0.027 nats apart with
-    micro-batches of 2 and 8, bit-equal with 8 and 8; docs/findings.md, "The compute precision"). A LoRA PRM
-    also needs one forward with its adapter on before its first reference forward (see the trainer's step 1),
-    so the trainer makes its process's first step with a forward of its own.
-    """
-    same_shapes = fp32_compute or (
-        not prm.use_dynamic_bsz and prm.micro_batch_size_per_gpu == prm.infer_micro_batch_size_per_gpu
-    )
-    return prm.update != "none" and dropout == 0 and batch_rows == prm.mini_batch_size * n and same_shapes
-
-
-# ---------------------------------------------------------------------------------------------
-# config
-# ---------------------------------------------------------------------------------------------
 
 
 def build_prm_worker_config(prm_view: PrmView, prm: PrmConfig, total_training_steps: int, forward_only: bool = False):
@@ -201,50 +74,6 @@ def build_prm_worker_config(prm_view: PrmView, prm: PrmConfig, total_training_st
         optimizer_config=optimizer_config,
         checkpoint_config=checkpoint_config,
     )
-
-
-def model_dropout(model: ModelView) -> float:
-    """The largest dropout probability in the PRM (`model`: its `prime.prm.model`): a `*dropout*` or `*_pdrop`
-    number of its Hugging Face config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`,
-    which `integration.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
-    `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
-    from transformers import AutoConfig
-
-    try:
-        hf_config = AutoConfig.from_pretrained(str(model.path), trust_remote_code=model.trust_remote_code)
-    except (OSError, ValueError) as exc:
-        logger.info("PRM: cannot read %s's config (%s); its dropout is taken as unknown", model.path, exc)
-        return 1.0
-    values = {**hf_config.to_dict(), **OmegaConf.to_container(model.override_config or OmegaConf.create())}
-    base = max(
-        (
-            float(value)
-            for key, value in values.items()
-            if ("dropout" in key or key.endswith("_pdrop"))
-            and isinstance(value, (int, float))
-            and not isinstance(value, bool)
-        ),
-        default=0.0,
-    )
-    adapter = model.lora_dropout
-    if adapter == 0 and model.lora_adapter_path is not None:
-        adapter = saved_adapter_dropout(str(model.lora_adapter_path))
-    return max(base, adapter)
-
-
-def saved_adapter_dropout(adapter_path: str) -> float:
-    """`lora_dropout` of a saved peft adapter (its `adapter_config.json`); 1.0 when it cannot be read here."""
-    try:
-        with open(os.path.join(adapter_path, "adapter_config.json")) as f:
-            return float(json.load(f).get("lora_dropout") or 0.0)
-    except (OSError, ValueError) as exc:
-        logger.info("PRM: cannot read %s/adapter_config.json (%s); its dropout is taken as unknown", adapter_path, exc)
-        return 1.0
-
-
-# ---------------------------------------------------------------------------------------------
-# the controller-side handle
-# ---------------------------------------------------------------------------------------------
 
 
 def _meta_for(batch, **extra_info):
@@ -383,58 +212,35 @@ class ImplicitPRM:
         self.wg.load_checkpoint(local_path, del_local_after_load=del_local_after_load)
 
 
-def unlabelled_rows(is_padding: list[bool], failed_rows: list[bool], extra_fields: list[Any]) -> list[bool]:
-    """Rows the PRM has no label for: veRL's padding rows, rows whose reward function raised, and rows whose
-    reward function could not decide the outcome (`reward_info.label_unknown`: a verifier timeout, an
-    unusable ground truth), whose 0 says nothing about the response."""
-    return [
-        pad or failed or label_unknown(fields)
-        for pad, failed, fields in zip(is_padding, failed_rows, extra_fields, strict=True)
-    ]
+def _captured_pairs(value: Any):
+    """The (row, log-probs) pairs inside the nested lists veRL builds from one metric (micro-batches, DP
+    ranks, mini-batches: the nesting depends on the rank count)."""
+    if isinstance(value, tuple):
+        yield value
+    elif value is not None:
+        for item in value:
+            yield from _captured_pairs(item)
 
 
-def labels_from_extra_fields(extra_fields: list[Any], unlabelled: list[bool], label_key: str) -> torch.Tensor:
-    """The PRM label per row: `reward_extra_info[label_key]` (the 0/1 accuracy), 0 on `unlabelled` rows
-    (`unlabelled_rows`: their weight in the PRM loss is 0)."""
-    labels = []
-    for i, (fields, skip) in enumerate(zip(extra_fields, unlabelled, strict=True)):
-        if skip:
-            labels.append(0.0)
+def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -> torch.Tensor:
+    """(B, width) log-probs, row i from the first capture of row i (later epochs repeat the rows), zero padded.
+
+    Every row with a response must have been captured: a missing one means veRL no longer runs each row
+    through the loss once per epoch, and the pre-update log-probs cannot be taken from the update.
+    """
+    out = torch.zeros(len(lengths), width)
+    seen = set()
+    for row, values in _captured_pairs(captured):
+        if row in seen:
             continue
-        info = reward_extra_info(fields)
-        if label_key not in info:
-            raise KeyError(
-                f"prime.prm.label_key: row {i} has no reward_extra_info[{label_key!r}] (keys: {sorted(info)}); "
-                "the reward function must return the outcome accuracy under this key "
-                "(reward.custom_reward_function.path=pkg://verl_prime_lora.rewards.math_format returns `acc`)."
-            )
-        labels.append(float(info[label_key]))
-    return torch.tensor(labels, dtype=torch.float32)
-
-
-# reward_extra_info key of the outcome accuracy, as veRL's validation reads it (`val-core/<source>/acc`)
-OUTCOME_KEY = "acc"
-
-
-def outcome_labels(extra_fields: list[Any], unlabelled: list[bool], labels: torch.Tensor) -> torch.Tensor:
-    """The outcome per row that the PRM's rankings are measured against: `reward_extra_info["acc"]` where every
-    labelled row has it, else the PRM's own labels. With the default `prime.prm.label_key=acc` the two are one;
-    with another label key the rankings (and the gate and the alarm that read them) still ask whether the PRM
-    orders right answers above wrong ones."""
-    infos = [reward_extra_info(fields) for fields, skip in zip(extra_fields, unlabelled, strict=True) if not skip]
-    if not all(OUTCOME_KEY in info for info in infos):
-        return labels
-    return labels_from_extra_fields(extra_fields, unlabelled, OUTCOME_KEY)
-
-
-def labelled_rows(lengths: list[int], unlabelled: list[bool]) -> torch.Tensor:
-    """(B,) 1.0 for the rows the PRM trains on and is measured on (a response and a label), else 0.0."""
-    return torch.tensor([float(n > 0 and not skip) for n, skip in zip(lengths, unlabelled, strict=True)])
-
-
-def nested_rows(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Nested (B, T_i) tensor with row i = values[i] repeated over T_i tokens (or `values` (B,T) cut)."""
-    rows = []
-    for i, length in enumerate(lengths):
-        rows.append(values[i].expand(length).clone() if values.dim() == 1 else values[i, :length])
-    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+        seen.add(row)
+        if values.shape[0] != lengths[row]:
+            raise RuntimeError(f"PRM update: row {row} has {lengths[row]} tokens, {values.shape[0]} captured")
+        out[row, : min(width, lengths[row])] = values[:width]
+    missing = [row for row, length in enumerate(lengths) if length > 0 and row not in seen]
+    if missing:
+        raise RuntimeError(
+            f"PRM update: rows {missing[:8]} were not captured by the update's forward (veRL's TrainingWorker "
+            "may have changed: tests/test_verl_canaries.py names what to re-read)"
+        )
+    return out

@@ -1,12 +1,12 @@
 """A PRIME step never trains on a NaN or an infinity: the guards the trainer runs every step.
 
-* `check_prm_update`, after the PRM update (`trainer._prm_step`): a NaN/inf ``prm/update_loss`` or
+* `check_prm_update`, after the PRM update (`prime_step`, 2.): a NaN/inf ``prm/update_loss`` or
   ``prm/grad_norm`` stops the run before the actor's update.
 * `check_actor_update`, after the actor's update (`trainer._update_actor`): a NaN/inf ``actor/pg_loss`` or
   ``actor/grad_norm`` stops it before the checkpoint.
 * `check_finite`, on every response token, before the values are used or written back: the token process
-  rewards (`trainer._prm_step`, and those of `prime.process_rewards_fn`), the advantages and the returns
-  (`trainer._advantage_step`).
+  rewards (`prime_step`, 3., and those of `prime.process_rewards_fn`), the advantages and the returns
+  (`prime_step`, 4.).
 
 Nothing here imports torch, veRL or Ray: tensors are read through their own methods.
 """

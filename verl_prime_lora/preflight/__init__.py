@@ -22,10 +22,10 @@ What sits where (veRL 0.9.1 V1 trainer, FSDP engine; every worker group is its o
 
 Modules (the estimator is pure functions on bytes; each module's docstring states its formulas)
 
-* `memory`: the memory model, pure functions on bytes: `ModelShape` from `config.json` and its parameter
-  counts; bytes of activations, logits, the FSDP compute copy and the KV cache, and the constant terms; one
-  worker process (`EngineSpec` → `WorkerEstimate`: resident states, phases, CPU RAM); vLLM's share of a
-  rollout GPU (`RolloutSpec` → `VllmEstimate`).
+* `model_shape`: `ModelShape` from `config.json` and its parameter counts (LoRA's too).
+* `memory`: the memory model, pure functions on bytes: bytes of activations, logits, the FSDP compute copy and
+  the KV cache, and the constant terms; one worker process (`EngineSpec` → `WorkerEstimate`: resident states,
+  phases, CPU RAM); vLLM's share of a rollout GPU (`RolloutSpec` → `VllmEstimate`).
 * `layout`: the config composed and checked as `main_ppo` does, its values read from its view
   (`verl_prime_lora.config`), and `Layout`, everything the estimate needs.
 * `report`: per-GPU totals, peaks and verdicts (`estimate` → `Report`), as text and as JSON.
@@ -39,7 +39,7 @@ the seed's shapes: `benchmarks/results/gpu_memory_check.md` (`benchmarks/gpu_mem
 from verl_prime_lora.preflight.cli import main
 from verl_prime_lora.preflight.knobs import find_knobs
 from verl_prime_lora.preflight.layout import Layout, check_config, compose_config, layout_from_config
-from verl_prime_lora.preflight.memory import PreflightConfigError
+from verl_prime_lora.preflight.model_shape import PreflightConfigError
 from verl_prime_lora.preflight.report import Report, estimate, format_report, report_json
 
 __all__ = [

@@ -30,7 +30,8 @@ from verl_prime_lora.config.run import (
     reference_source,
 )
 from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, verl_view
-from verl_prime_lora.preflight.memory import EngineSpec, ModelShape, PreflightConfigError, RolloutSpec, lora_targets
+from verl_prime_lora.preflight.memory import EngineSpec, RolloutSpec
+from verl_prime_lora.preflight.model_shape import ModelShape, PreflightConfigError, lora_targets
 
 # Bytes per element under each of veRL's names of a dtype (config_checks.PRECISION_NAMES).
 DTYPE_BYTES = {

@@ -16,10 +16,10 @@ from verl_prime_lora.preflight.memory import (
     VllmEstimate,
     WorkerEstimate,
     dtype_name,
-    param_count,
     vllm_estimate,
     worker_estimate,
 )
+from verl_prime_lora.preflight.model_shape import param_count
 
 
 @dataclass

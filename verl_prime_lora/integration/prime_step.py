@@ -1,0 +1,347 @@
+r"""The PRIME step: veRL's advantage hook (`PPOTrainer._compute_advantage`) as PRIME makes it, read top to bottom
+in `PrimeStep._compute_advantage`. veRL calls it after the old and reference log-probs, before the actor update.
+
+With q = log π_φ − log π_ref per response token (both at temperature 1), the mask m and groups by `uid`:
+
+0. the batch: failed and dropped rollouts counted (the run stops above `prime.max_failed_rollout_ratio`),
+   multi-output sessions refused, each row's PRM label acc_i (`step_rows`); a batch stopped here costs no forward.
+1. forward: log π_φ of the PRM before its update, then log π_ref (`prime.prm.reference`). In this order on
+   purpose: FSDP2 fixes a parameter's mixed-precision dtypes at its first forward, and a LoRA PRM's reference
+   forward disables its adapter (peft sets requires_grad=False on it), so a first forward in that state would
+   leave bf16 gradients for fp32 adapter weights. Where it is exact, the pre-update log-probs come from the
+   update's own first forward instead (`prm_passes.update_forward_is_pre_update`); never on a LoRA PRM's first
+   step in a process, which makes a forward of its own.
+2. PRM update (`prime.prm.update` before/after; none): `prime.prm.epochs` passes of
+   mean_i w_i·BCEWithLogits(z_i, acc_i), z_i = β·Σ_t q[i,t]·m[i,t] (`prm_loss`); `before` then scores the batch
+   with the updated PRM.
+3. rewards: r[i,t] = β·q[i,t]·m[i,t] from the PRM after its update (`before`) or before it (`after`, `none`), or
+   `prime.process_rewards_fn`'s, with the `prm/*` metrics (`algo.prm_metrics`).
+4. advantage: veRL's reward pre-processing, the gate w = clip((ā − ½)/(process_gate − ½), 0, 1) on ā, the running
+   mean of the PRM's pre-update pairwise accuracy, the estimator `algorithm.adv_estimator` with r and w, and veRL's
+   write-back (`advantage_writeback`).
+
+A NaN or an infinity in the PRM update's loss or grad norm, in r or in the advantages stops the run before
+anything is written back (`step_guards`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.utils.debug import marked_timer
+
+from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema, process_gate_weight
+from verl_prime_lora.algo.prm_metrics import (
+    advantage_part_metrics,
+    prm_diagnostics,
+    prm_rewards_and_metrics,
+    process_spread_metrics,
+)
+from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig, ProcessRewardsFn
+from verl_prime_lora.config.run import (
+    PRM_TEMPERATURE,
+    REF_ACTOR_BASE,
+    REF_ACTOR_REF,
+    REF_POLICY_OLD,
+    REF_POLICY_T1,
+    reference_source,
+    reward_function_name,
+)
+from verl_prime_lora.config.verl_view import AlgorithmView, key_of
+from verl_prime_lora.integration.advantage_writeback import (
+    STEP_FIELDS,
+    preprocess_rewards,
+    read_step_data,
+    write_back,
+)
+from verl_prime_lora.integration.prm_alarm import PrmAlarm
+from verl_prime_lora.integration.prm_passes import update_forward_is_pre_update
+from verl_prime_lora.integration.prm_worker import (
+    ImplicitPRM,
+    assemble_captured_log_probs,
+    log_prob_meta,
+    read_response_log_probs,
+)
+from verl_prime_lora.integration.reward_failures import account_rollouts
+from verl_prime_lora.integration.step_guards import check_finite, check_prm_update
+from verl_prime_lora.integration.step_rows import (
+    StepRows,
+    pad_nested,
+    refuse_multi_output_sessions,
+    unlabelled_rows,
+)
+from verl_prime_lora.rewards.reward_info import label_unknown
+
+logger = logging.getLogger(__name__)
+
+
+class PrimeStep:
+    """The PRIME step inside a veRL V1 trainer (the module docstring), and the state it carries from step to step:
+    where the PRM's reference comes from, the gate's running mean and the alarm. The trainer it is mixed into sets
+    `run` before veRL's `__init__`, and at set-up the PRM's handle `prm` with its facts (`prm_dropout`, `prm_fp32`,
+    `prm_adapter_forwarded`); of veRL's trainer the step reads `use_reference_policy`, `global_steps`,
+    `parameter_sync_step`, `tokenizer`, `actor_rollout_wg`, `kl_ctrl_in_reward` and `timing_raw`."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.prm: ImplicitPRM | None = None
+        self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
+        self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
+        advantage = self.run.advantage
+        self.prm_alarm = PrmAlarm(
+            str(self.run.verl.algorithm.adv_estimator), advantage.process_gate, advantage.process_std_threshold
+        )
+
+    def _compute_advantage(self, batch, metrics: dict):
+        """veRL's advantage hook: the PRIME step, 0 to 4 as in the module docstring."""
+        prime, timing = self.run.prime, getattr(self, "timing_raw", {})
+        # 0. the batch: its rows and labels, then veRL's step data, padded (B, T)
+        rows = self._account_batch(batch, metrics)
+        fields = [*STEP_FIELDS, "responses"] if self.run.process_rewards_fn is not None else list(STEP_FIELDS)
+        data, response_mask_nested = read_step_data(batch, fields)
+        mask, uid = data.batch["response_mask"].float(), data.non_tensor_batch["uid"]
+        width = mask.shape[-1]
+
+        # 1. forward: the PRM before its update, then its reference; what the PRM's loss reads, into TransferQueue
+        capture = self._capture_pre_update(len(batch), metrics)
+        prm_before = None
+        if not capture or prime.diagnostics:
+            with marked_timer("prm_forward", timing):
+                prm_forward = self.prm.log_probs(batch)
+            prm_before = pad_nested(prm_forward, width).float()
+        with marked_timer("prm_ref", timing):
+            ref = self._prm_reference_log_probs(batch)
+        loss_inputs = rows.prm_loss_inputs(ref, prime.prm.balance_labels, with_row_index=capture)
+        tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(loss_inputs, batch_size=len(batch))
+        )
+        ref = pad_nested(ref, width).float()
+
+        # 2. the PRM update
+        prm_used, update_metrics = prm_before, {}
+        if prime.prm.update != "none":
+            prm_before, prm_used, update_metrics = self._update_prm(batch, rows, capture, prm_before, mask, metrics)
+
+        # 3. the token process rewards and the prm/* metrics
+        process_rewards, prm_metrics = prm_rewards_and_metrics(
+            prm_before,
+            prm_used,
+            ref,
+            mask,
+            rows.labels,
+            uid,
+            prime.prm.beta,
+            update_metrics,
+            rows.labelled,
+            outcomes=rows.outcomes,
+        )
+        check_finite(
+            PrmConfig.KEY,
+            "token process rewards β·(log π_φ − log π_ref)",
+            process_rewards,
+            mask,
+            self.global_steps,
+            "Look for NaN/inf in the PRM's log-probs or in its reference's (prime.prm.reference).",
+        )
+        if self.run.process_rewards_fn is not None:
+            process_rewards = self._replaced_process_rewards(data, rows, process_rewards, mask)
+        estimator = str(self.run.verl.algorithm.adv_estimator)
+        prm_metrics.update(process_spread_metrics(process_rewards, mask, uid, self.run.advantage, estimator))
+        if prime.diagnostics:
+            policy = self._policy_log_probs_t1(data)
+            prm_metrics.update(
+                prm_diagnostics(prm_used, ref, mask, rows.outcomes, uid, prime.prm.beta, rows.labelled, policy)
+            )
+        metrics.update(prm_metrics)
+
+        # 4. the advantages, written back to TransferQueue
+        return self._advantage_step(batch, data, response_mask_nested, process_rewards, metrics)
+
+    # -------------------------------------------------------------------------------------------
+    # 0. the batch
+    # -------------------------------------------------------------------------------------------
+
+    def _account_batch(self, batch, metrics: dict) -> StepRows:
+        """Failed and dropped rollouts counted (and the stop above `prime.max_failed_rollout_ratio`), multi-output
+        sessions refused: a failed or refused batch stops here, before any PRM or reference forward."""
+        info = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"]
+        )
+        is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        extra_fields = list(info["extra_fields"])
+        verl = self.run.verl
+        expected_prompts = verl.data.train_batch_size // self.parameter_sync_step
+        account = account_rollouts(batch.keys, is_padding, extra_fields, verl.rollout.n, expected_prompts)
+        metrics.update(account.metrics())
+        account.check(self.run.prime.max_failed_rollout_ratio, self.global_steps, reward_function_name(verl))
+        refuse_multi_output_sessions(batch.keys, is_padding)
+        metrics["prm/label_unknown_total"] = float(
+            sum(label_unknown(fields) and not pad for fields, pad in zip(extra_fields, is_padding, strict=True))
+        )
+        unlabelled = unlabelled_rows(is_padding, account.failed_rows, extra_fields)
+        lengths = info["response_mask"].offsets().diff().tolist()
+        return StepRows.from_rewards(extra_fields, unlabelled, lengths, self.run.prime.prm.label_key)
+
+    # -------------------------------------------------------------------------------------------
+    # 1. forward
+    # -------------------------------------------------------------------------------------------
+
+    def _pre_update_from_update(self, batch_rows: int) -> bool:
+        n = self.run.verl.rollout.n
+        return update_forward_is_pre_update(self.run.prime.prm, self.prm_dropout, batch_rows, n, self.prm_fp32)
+
+    def _capture_pre_update(self, batch_rows: int, metrics: dict) -> bool:
+        """Whether this step takes the PRM's pre-update log-probs from its update's first forward: where that is
+        exact, and not on a LoRA PRM's first step in this process (whose first forward must be its own)."""
+        first_lora_forward = self.prm.is_lora and not self.prm_adapter_forwarded
+        capture = self._pre_update_from_update(batch_rows) and not first_lora_forward
+        self.prm_adapter_forwarded = True
+        metrics["prm/pre_update_from_update"] = float(capture and not self.run.prime.diagnostics)
+        return capture
+
+    def _prm_reference_log_probs(self, batch) -> torch.Tensor:
+        """log π_ref of the responses (nested), from the source `config.run.reference_source` chose."""
+        source = self.prm_reference
+        if source in (REF_ACTOR_REF, REF_POLICY_OLD):
+            field = "ref_log_prob" if source == REF_ACTOR_REF else "old_log_probs"
+            return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=[field])[field]
+        if source == REF_ACTOR_BASE:
+            return self._actor_log_probs_t1(batch, no_lora_adapter=True)
+        if source == REF_POLICY_T1:
+            return self._actor_log_probs_t1(batch, no_lora_adapter=False)
+        return self.prm.reference_log_probs(batch)
+
+    def _actor_log_probs_t1(self, batch, no_lora_adapter: bool) -> torch.Tensor:
+        self.actor_rollout_wg.compute_log_prob(log_prob_meta(batch, no_lora_adapter))
+        return read_response_log_probs(batch)
+
+    # -------------------------------------------------------------------------------------------
+    # 2. the PRM update
+    # -------------------------------------------------------------------------------------------
+
+    def _update_prm(self, batch, rows: StepRows, capture: bool, prm_before, mask, metrics: dict):
+        """The PRM update, its loss and grad norm checked finite; (the PRM's log-probs before the update, those the
+        rewards come from: after it in `before` mode, the same otherwise, the update's metrics), padded (B, T).
+
+        With `capture` the pre-update log-probs are the update's first forward's; with `prime.diagnostics` the
+        step's own forward's are kept, and their largest gap to the captured ones is logged."""
+        timing = getattr(self, "timing_raw", {})
+        with marked_timer("prm_update", timing):
+            update_metrics, captured = self.prm.update(batch, capture=capture)
+        check_prm_update(update_metrics, self.global_steps)
+        if capture:
+            from_update = assemble_captured_log_probs(captured, rows.lengths, mask.shape[-1])
+            if prm_before is None:
+                prm_before = from_update
+            else:
+                gap = ((from_update - prm_before).abs() * mask).max()
+                metrics["prm/pre_update_log_prob_max_abs_diff"] = gap.item()
+        prm_used = prm_before
+        if self.run.prime.prm.update == "before":
+            with marked_timer("prm_forward_updated", timing):
+                prm_used = pad_nested(self.prm.log_probs(batch), mask.shape[-1]).float()
+        return prm_before, prm_used, update_metrics
+
+    # -------------------------------------------------------------------------------------------
+    # 3. the rewards
+    # -------------------------------------------------------------------------------------------
+
+    def _replaced_process_rewards(self, data: DataProto, rows: StepRows, process_rewards, mask) -> torch.Tensor:
+        """`prime.process_rewards_fn`'s token rewards in place of the PRM's (its contract: `ProcessRewardsFn`),
+        masked, and checked for shape and finiteness before any advantage reads them."""
+        key = ProcessRewardsFn.KEY
+        replaced = self.run.process_rewards_fn(
+            process_rewards=process_rewards.clone(),
+            response_mask=mask,
+            responses=data.batch["responses"],
+            reward_infos=rows.reward_infos,
+            tokenizer=self.tokenizer,
+        )
+        if not isinstance(replaced, torch.Tensor) or replaced.shape != process_rewards.shape:
+            got = tuple(replaced.shape) if isinstance(replaced, torch.Tensor) else type(replaced).__name__
+            raise PrimeConfigError(
+                f"{key}: {self.run.prime.process_rewards_fn.name} returned {got}; expected a tensor of shape "
+                f"{tuple(process_rewards.shape)} (one reward per response token)."
+            )
+        check_finite(key, "replaced token process rewards", replaced, mask, self.global_steps, "Fix the function.")
+        # padding is set, not multiplied, to 0: a NaN there would reach the response's suffix sums
+        return torch.where(mask > 0, replaced.to(process_rewards.dtype), 0.0)
+
+    def _policy_log_probs_t1(self, data: DataProto) -> torch.Tensor | None:
+        """veRL's old log-probs when they are the rollout policy's at temperature 1 and the PRM's reference is not
+        the policy itself (then they would equal it): for the `prm/policy_dpo_acc_mixed` diagnostic."""
+        if self.prm_reference in (REF_POLICY_OLD, REF_POLICY_T1) or "old_log_probs" not in data.batch.keys():
+            return None
+        if self.run.verl.rollout.temperature != PRM_TEMPERATURE:
+            return None
+        return data.batch["old_log_probs"].float()
+
+    # -------------------------------------------------------------------------------------------
+    # 4. the advantages
+    # -------------------------------------------------------------------------------------------
+
+    def _advantage_step(self, batch, data: DataProto, response_mask_nested, process_rewards, metrics: dict):
+        """veRL's pre-processing of the rewards, the process gate's weight w, the estimator named by
+        `algorithm.adv_estimator` with the process rewards and w, and veRL's write-back (`advantage_writeback`);
+        advantages or returns that are NaN/inf on a response token stop the run before the write-back."""
+        algorithm = self.run.verl.algorithm
+        kl_ctrl = self.kl_ctrl_in_reward if algorithm.use_kl_in_reward else None
+        data, rollout_correction = preprocess_rewards(data, algorithm, kl_ctrl, metrics)
+        gate = self._process_gate(metrics)
+        advantage_inputs = (
+            algorithm,
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            data.non_tensor_batch["uid"],
+            process_rewards,
+        )
+        data.batch["advantages"], data.batch["returns"] = prime_advantages(*advantage_inputs, process_scale=gate)
+        _, outcome_returns = prime_advantages(*advantage_inputs, process_scale=0.0)
+        metrics.update(advantage_part_metrics(data.batch["returns"], outcome_returns, data.batch["response_mask"]))
+        for field in ("advantages", "returns"):
+            check_finite(
+                key_of(algorithm, "adv_estimator"),
+                f"{field} of {algorithm.adv_estimator}",
+                data.batch[field],
+                data.batch["response_mask"],
+                self.global_steps,
+                "Its inputs: the token-level rewards (finite when scored through the PRIME reward guard), the "
+                "process rewards (checked at the PRM step), the KL penalty in the reward "
+                "(algorithm.use_kl_in_reward) and algorithm.prime.*.",
+            )
+        return write_back(batch, data, response_mask_nested, algorithm, rollout_correction)
+
+    def _process_gate(self, metrics: dict) -> float:
+        """The gate's weight w = `core_algos.process_gate_weight` of ā, the running mean of
+        `prm/dpo_acc_before_mixed` moved by this step's value; the alarm reads it (`prm_alarm`)."""
+        # a running mean: one step holds only a few mixed groups, too few pairs to trust alone
+        self.prm_pairwise_ema = ema(self.prm_pairwise_ema, metrics["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
+        gate = process_gate_weight(self.prm_pairwise_ema, self.run.advantage.process_gate)
+        metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
+        metrics["prm/process_gate"] = gate
+        alerts, warnings = self.prm_alarm.check(metrics)
+        metrics.update(alerts)
+        for warning in warnings:
+            logger.warning(warning)
+        return gate
+
+
+def prime_advantages(
+    algorithm: AlgorithmView, token_level_rewards, response_mask, uid, process_rewards, process_scale=1.0
+):
+    """The estimator named by `algorithm.adv_estimator`, called with the process rewards and the gate's weight (and,
+    as veRL calls an estimator, with the `algorithm` section as its config)."""
+    estimator = get_adv_estimator_fn(algorithm.adv_estimator)
+    return estimator(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=uid,
+        config=algorithm.node,
+        process_rewards=process_rewards.to(token_level_rewards.dtype),
+        process_scale=process_scale,
+    )
