@@ -5,9 +5,8 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 1. `first`: 3 PRIME steps on **two training ranks** (actor and PRM data-parallel over 2 fake GPUs, gloo; two
    colocated vLLM replicas), PRM update mode `before`, the PRM's pre-update log-probs both from its update
    and from a forward of their own (`prime.diagnostics=true`), a checkpoint after every step;
-2. `resumed`: resumes from `first`'s step-2 checkpoint on two ranks, now **one per node of a two-node Ray
-   cluster** started on this machine, and trains step 3 with the PRM frozen (`prime.prm.update=none`),
-   checkpointing again.
+2. `resumed`: resumes from `first`'s step-2 checkpoint, into which a distinctive gate state is planted, on two
+   ranks, and trains step 3 with the PRM frozen (`prime.prm.update=none`), checkpointing again.
 3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA), on a two-node Ray cluster: training (actor + PRM) on one node, the standalone vLLM replica on the
    other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
@@ -16,18 +15,18 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
    It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
-5. `prm_on_one_rank`, `prm_on_two_ranks`: one PRIME step from the same greedy rollouts on one training rank
-   and on two: the PRM's update must not depend on the layout (veRL's row balancing, micro-batches, DP).
+5. `prm_on_two_ranks`: one PRIME step on two training ranks; the PRM's update must be the gradient of the mean BCE
+   that a single process computes from the same tokens (veRL's row balancing, micro-batches, DP, clipping).
 6. `inverted_prm`: 13 steps of a PRM trained on labels that contradict the outcome; the run's alarm must name it.
 
-Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs
-taken from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the
-resumed run restores the PRM exactly (every rank's weights, Adam state and scheduler of step 2) and, frozen,
-saves them back bit for bit, and the process gate's running mean with it. Runs 1, 3 and 4 (a large actor lr,
-the peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated
-replicas), the merged LoRA weights (standalone replica over `cpu_zmq`), the full weights (colocated) — and
-that their checkpoints load into a plain HF (+PEFT) model. Run 1's last checkpoint is exported to a PEFT adapter
-and evaluated with vLLM (`tools.export_adapter`, `tools.eval`).
+Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs taken
+from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the resumed run
+restores the PRM exactly (every rank's weights, Adam state and scheduler of step 2) and, frozen, saves them back bit
+for bit, and the process gate's running mean continues from the checkpoint's. Runs 1, 3 and 4 (a large actor lr, the
+peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated replicas), the
+merged LoRA weights (standalone replica over `cpu_zmq`), the full weights (colocated) — and that their checkpoints
+load into a plain HF (+PEFT) model. Run 1's last checkpoint is exported to a PEFT adapter and evaluated with vLLM
+(`tools.export_adapter`, `tools.eval`).
 """
 
 import contextlib
@@ -142,6 +141,14 @@ def _assert_prm_metrics(steps: list[dict], n_steps: int) -> None:
         for key in REQUIRED_PRM_METRICS + UPDATE_METRICS:
             assert key in step, key
             assert math.isfinite(step[key]), (key, step[key])
+
+
+def _assert_untrained_prm_scores_zero(step: dict) -> None:
+    """A step before any PRM update: the PRM equals its reference and the two forwards compute alike
+    (`checks.config_checks.check_reference_computed_alike`), so every response scores z = 0 exactly: BCE ln 2,
+    every pair of responses a tie (pairwise accuracy exactly ½, ranking z exactly 0)."""
+    assert step["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert step["prm/dpo_acc_before"] == 0.5 and step["prm/ranking_z_before"] == 0.0, step
 
 
 def _state(path: Path) -> dict:
@@ -287,17 +294,20 @@ def _on_cluster(address: str, metrics_path: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """One two-node Ray cluster (one fake GPU per node) for the runs that span nodes, one after the other."""
-    with two_node_cluster() as address:
-        yield address
+# A gate state no run reaches by itself (a running mean of 13/16, exact in binary), planted in the resumed checkpoint:
+# the resumed step must continue from it, not from ½ or from a value the run would have reached anyway.
+PLANTED_GATE_EMA = 0.8125
 
 
 @pytest.fixture(scope="module")
-def resumed(workdir, tiny_assets, first, cluster):
-    """`first`'s step-2 checkpoint resumed on two ranks again, now one on each node of a two-node Ray cluster
-    (trainer.nnodes=2): the actor's and the PRM's ranks, and a colocated vLLM replica each, span both nodes."""
+def resumed(workdir, tiny_assets, first):
+    """`first`'s step-2 checkpoint, with `PLANTED_GATE_EMA` written into its PRIME state, resumed on two ranks."""
+    planted = workdir / "planted" / "global_step_2"
+    shutil.copytree(first["ckpt"] / "global_step_2", planted)
+    state_file = planted / "prime_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["prm_pairwise_ema"] != PLANTED_GATE_EMA
+    state_file.write_text(json.dumps({**state, "prm_pairwise_ema": PLANTED_GATE_EMA}))
     return _run(
         workdir,
         tiny_assets,
@@ -305,12 +315,8 @@ def resumed(workdir, tiny_assets, first, cluster):
         "prime.prm.update=none",
         LORA_SYNC_LR,
         "trainer.resume_mode=resume_path",
-        f"trainer.resume_from_path={first['ckpt'] / 'global_step_2'}",
-        *MICRO_BATCHES_OF_4,
-        "trainer.nnodes=2",
-        "trainer.n_gpus_per_node=1",
-        *_on_cluster(cluster, workdir / "resumed.jsonl"),
-        env=CLUSTER_ENV,
+        f"trainer.resume_from_path={planted}",
+        *TWO_RANKS,
     )
 
 
@@ -318,8 +324,7 @@ def resumed(workdir, tiny_assets, first, cluster):
 def test_three_prime_steps_log_finite_prm_metrics(first):
     steps = first["steps"]
     _assert_prm_metrics(steps, 3)
-    # the PRM starts equal to its reference: z = 0, BCE = ln 2, before the first update
-    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    _assert_untrained_prm_scores_zero(steps[0])
     assert steps[0]["prm/lr"] == pytest.approx(1e-4)
 
 
@@ -404,90 +409,123 @@ def test_the_trained_adapter_exports_and_evaluates_with_vllm(first, tiny_assets,
 
 
 @pytest.fixture(scope="module")
-def split(workdir, tiny_assets, cluster):
+def split(workdir, tiny_assets):
     """The split recipe on a two-node Ray cluster of one GPU per node: its trainer pool (actor + PRM, 1 GPU) and
     its standalone rollout pool (vLLM, 1 GPU) each take a whole node, so training runs on one node, rollout
-    on the other, and every weight update crosses between them (`cpu_zmq` over TCP)."""
-    return _run(
-        workdir,
-        tiny_assets,
-        "split",
-        LORA_SYNC_LR,
-        "prime.prm.model.lora_rank=8",
-        "prime.prm.model.lora_alpha=16",
-        "prime.prm.update=after",
-        "prime.diagnostics=true",
-        "prime.prm.optim.lr=1e-3",
-        # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
-        # rollout/actor agreement tests the sync rather than staleness
-        "trainer.v1.separate_async.num_warmup_batches=0",
-        "trainer.total_training_steps=3",
-        "trainer.save_freq=1",
-        *_on_cluster(cluster, workdir / "split.jsonl"),
-        recipe="prime_lora",
-        env=CLUSTER_ENV,
-    )
+    on the other, and every weight update crosses between them (`cpu_zmq` over TCP). The cluster lives for this run
+    only (the e2e tier's one two-node cluster)."""
+    with two_node_cluster() as cluster:
+        return _run(
+            workdir,
+            tiny_assets,
+            "split",
+            LORA_SYNC_LR,
+            "prime.prm.model.lora_rank=8",
+            "prime.prm.model.lora_alpha=16",
+            "prime.prm.update=after",
+            "prime.diagnostics=true",
+            "prime.prm.optim.lr=1e-3",
+            # each step's rollouts on the newest weights (the recipe's 1 is 1-step off-policy), so that the
+            # rollout/actor agreement tests the sync rather than staleness
+            "trainer.v1.separate_async.num_warmup_batches=0",
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=1",
+            *_on_cluster(cluster, workdir / "split.jsonl"),
+            recipe="prime_lora",
+            env=CLUSTER_ENV,
+        )
 
 
-# One PRM update on one training rank and on two, from the same rollouts: veRL's sync trainer takes the same
-# first 4 prompts, and vLLM samples greedily (top_k=1; one replica per rank, each as deterministic as the
-# other), n=2: 8 responses, which veRL's balancing orders by length for one rank or for two. The PRM's
-# mini-batch (4 prompts = 8 rows) is the whole step, cut into micro-batches of 4 rows: two on one rank, one on
-# each of two. (A batch that veRL pads on two ranks but not on one always spans several PRM mini-batches,
-# whose rows then differ by layout, as the actor's do: the padding rows' share of the loss is pinned by the
-# unit test on `prm_loss` instead.)
+# One PRM update on two training ranks against a gradient computed here, in one process, from the same tokens. At
+# step 1 the PRM equals its reference, so z = 0 for every row and the mean BCE's gradient is
+#   g = (1/G) Σ_i w_i (σ(0) − y_i) · β · ∇ Σ_t log π_φ(y_it | ·),
+# which `prm_gradient_at_init` computes with transformers from the rollouts' token ids (recorded by the agent loop,
+# `recording_agent_loop.py`) and the test reward's labels. The run's update (veRL's row balancing over two ranks,
+# micro-batches of 4 rows, DP all-reduce, clipping to 1.0) must give it: Adam's first moment after one step is
+# (1 − β1)·g·clip. 4 prompts, n = 2: 8 rows, one PRM mini-batch.
 RANK_PAIR = (
-    "actor_rollout_ref.rollout.top_k=1",
     *MICRO_BATCHES_OF_4,
     "prime.prm.micro_batch_size_per_gpu=4",
     "prime.prm.infer_micro_batch_size_per_gpu=4",
     "trainer.total_training_steps=1",
+    *TWO_RANKS[:2],
 )
-
-
-def _rank_pair_run(workdir, assets, ranks: int) -> dict:
-    name = f"prm_on_{ranks}_ranks"
-    run = _run(
-        workdir,
-        assets,
-        name,
-        *RANK_PAIR,
-        f"trainer.n_gpus_per_node={ranks}",
-        f"ray_kwargs.ray_init.num_gpus={ranks}",
-        f"trainer.rollout_data_dir={workdir / name / 'rollouts'}",
-    )
-    dump = (workdir / name / "rollouts" / "1.jsonl").read_text().splitlines()
-    run["rollouts"] = sorted((row["input"], row["output"]) for row in map(json.loads, dump))
-    # Adam's first moment after one step is (1 - β1)·g: the PRM's (clipped) gradient, by parameter, every rank's
-    # Shard(0) concatenated
-    folder = run["ckpt"] / "global_step_1" / "prm"
-    shards = [_state(folder / f"optim_world_size_{ranks}_rank_{rank}.pt")["state"] for rank in range(ranks)]
-    run["prm_grad"] = torch.cat([torch.cat([shard[p]["exp_avg"] for shard in shards]).flatten() for p in shards[0]])
-    return run
-
-
-@pytest.fixture(scope="module")
-def prm_on_one_rank(workdir, tiny_assets):
-    return _rank_pair_run(workdir, tiny_assets, 1)
+RECORDING_LOOPS = "- name: recording\n  _target_: recording_agent_loop.RecordingAgentLoop\n"
 
 
 @pytest.fixture(scope="module")
 def prm_on_two_ranks(workdir, tiny_assets):
-    return _rank_pair_run(workdir, tiny_assets, 2)
+    from recording_agent_loop import ROLLOUT_IDS_ENV
+
+    loops = workdir / "recording_loops.yaml"
+    loops.write_text(RECORDING_LOOPS)
+    ids = workdir / "prm_on_two_ranks_ids.jsonl"
+    run = _run(
+        workdir,
+        tiny_assets,
+        "prm_on_two_ranks",
+        *RANK_PAIR,
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=recording",
+        # the agent-loop workers import the loop from this folder
+        env={
+            ROLLOUT_IDS_ENV: str(ids),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
+        },
+    )
+    run["rollouts"] = [json.loads(line) for line in ids.read_text().splitlines()]
+    folder = run["ckpt"] / "global_step_1" / "prm"
+    shards = [_state(folder / f"optim_world_size_{RANKS}_rank_{rank}.pt") for rank in range(RANKS)]
+    (group,) = shards[0]["param_groups"]
+    run["beta1"] = group["betas"][0]
+    # every rank's Shard(0) of each parameter's first moment, concatenated, in the optimizer's (the model's) order
+    states = [shard["state"] for shard in shards]
+    run["exp_avg"] = torch.cat([torch.cat([state[p]["exp_avg"] for state in states]).flatten() for p in states[0]])
+    return run
+
+
+def prm_gradient_at_init(model_path: Path, rollouts: list[dict], labels: list[float], beta: float) -> torch.Tensor:
+    """The mean BCE's gradient at the PRM's initial weights (z = 0), every parameter flattened in the model's order,
+    in float64 from the fp32 weights."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).double()
+    loss = 0.0
+    for row, label in zip(rollouts, labels):
+        prompt, response = row["prompt_ids"], row["response_ids"]
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+        log_prob = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None]).sum()
+        loss = loss + (0.5 - label) * beta * log_prob  # d BCE(z, y)/dz at z = 0 is σ(0) − y
+    (loss / len(rollouts)).backward()
+    return torch.cat([param.grad.flatten() for param in model.parameters()])
 
 
 @RANK_PAIR_RUN
-def test_prm_update_on_two_ranks_equals_the_update_on_one(prm_on_one_rank, prm_on_two_ranks):
-    one, two = prm_on_one_rank, prm_on_two_ranks
-    assert len(one["rollouts"]) == 8 and one["rollouts"] == two["rollouts"], "the two runs sampled differently"
-    (a,), (b,) = one["steps"], two["steps"]
-    assert a["prm/pre_update_from_update"] == b["prm/pre_update_from_update"] == 1.0
-    for key in ("prm/ce_loss", "prm/update_loss", "prm/grad_norm", "prm/label_mean", "prm/dpo_acc"):
-        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
-    assert a["prm/grad_norm"] > 0
-    # fp32 compute: the same gradient up to summation order (measured 3.5e-7; bf16 compute gave 2.7e-3)
-    g1, g2 = one["prm_grad"], two["prm_grad"]
-    assert (g1 - g2).norm() <= 1e-4 * g1.norm(), ((g1 - g2).norm() / g1.norm()).item()
+def test_prm_update_on_two_ranks_is_the_gradient_of_the_mean_bce(prm_on_two_ranks, tiny_assets):
+    import prime_label_reward
+    from transformers import AutoTokenizer
+
+    run = prm_on_two_ranks
+    (step,) = run["steps"]
+    rollouts = run["rollouts"]
+    assert len(rollouts) == 8 and all(row["response_ids"] for row in rollouts)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_assets["model"])
+    labels = [
+        prime_label_reward.compute_score("tiny", tokenizer.decode(row["response_ids"], skip_special_tokens=True), "")[
+            "acc"
+        ]
+        for row in rollouts
+    ]
+    assert step["prm/label_mean"] == pytest.approx(sum(labels) / len(labels))
+    assert step["prm/pre_update_from_update"] == 1.0
+    _assert_untrained_prm_scores_zero(step)
+
+    expected = prm_gradient_at_init(tiny_assets["model"], rollouts, labels, beta=0.05)
+    assert step["prm/grad_norm"] == pytest.approx(expected.norm().item(), rel=1e-4)
+    clip = min(1.0, 1.0 / (step["prm/grad_norm"] + 1e-6))  # clip_grad 1.0 (torch's clip_grad_norm_ coefficient)
+    applied = run["exp_avg"].double() / (1 - run["beta1"])
+    error = ((applied - clip * expected).norm() / (clip * expected).norm()).item()
+    assert error < 1e-4, error
 
 
 @pytest.fixture(scope="module")
@@ -554,7 +592,7 @@ def test_full_parameter_actor_uses_a_frozen_prm_reference(frozen_reference):
     assert len(steps) >= 2  # before the engine was killed
     _assert_prm_metrics(steps, len(steps))
     # the frozen copy is the PRM's init: z = 0 before the first update, then the PRM moves away from it
-    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    _assert_untrained_prm_scores_zero(steps[0])
     assert steps[1]["prm/process_reward/token_max"] != 0.0
     # a full-parameter PRM with one mini-batch a step: the pre-update log-probs come from the update, no forward
     for step in steps:
@@ -598,6 +636,7 @@ def test_a_prm_ranking_right_answers_below_wrong_ones_is_named(inverted_prm):
     batch it has just trained on it ranks the outcome inverted (`prm/dpo_acc`, against the outcome, far below ½)."""
     steps = inverted_prm["steps"]
     assert len(steps) == WARMUP_STEPS + 3
+    _assert_untrained_prm_scores_zero(steps[0])
     emas = [step["prm/dpo_acc_before_mixed_ema"] for step in steps]
     expected = [float(index + 1 >= WARMUP_STEPS and ema <= 0.5) for index, ema in enumerate(emas)]
     assert [step["prm/alert/ranking"] for step in steps] == expected, emas
@@ -626,11 +665,9 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
 
     steps = resumed["steps"]
     assert len(steps) == 1  # only step 3 was left
-    # the process gate's running mean continues from step 2's (saved with the checkpoint), not from ½
-    saved = json.loads((first["ckpt"] / "global_step_2" / "prime_state.json").read_text())["prm_pairwise_ema"]
-    assert saved == pytest.approx(first["steps"][1]["prm/dpo_acc_before_mixed_ema"])
-    expected = ema(saved, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
-    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected)
+    # the process gate's running mean continues from the checkpoint's (the planted value), not from ½
+    expected = ema(PLANTED_GATE_EMA, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
+    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected, abs=1e-12)
     for key in REQUIRED_PRM_METRICS:
         assert math.isfinite(steps[0][key]), key
     assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
@@ -639,7 +676,7 @@ def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed
 @SPLIT_RUN
 def test_lora_prm_trains_its_adapter_only(split, tiny_assets):
     steps = split["steps"]
-    assert steps[0]["prm/ce_loss"] == pytest.approx(math.log(2), abs=1e-6)  # adapter B = 0: PRM == reference
+    _assert_untrained_prm_scores_zero(steps[0])  # adapter B = 0: PRM == reference
     # the pre-update log-probs: step 1 of a process from a forward of their own (a LoRA PRM's first forward has
     # its adapter on, before the reference's adapter-off forward); from step 2 also from the update's first
     # forward, which `prime.diagnostics` compares with that forward (and uses the latter)

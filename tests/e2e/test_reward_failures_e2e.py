@@ -102,6 +102,10 @@ def test_a_step_within_the_ratio_trains_every_rollout_and_counts_the_failed_ones
     assert step["prime/group_size_min"] == N
     for key in FINITE_KEYS:
         assert math.isfinite(step[key]), (key, step[key])
+    # the PRM still equals its reference: every response scores z = 0 exactly, failed rows or not, so every pair of
+    # responses ties and the gate's running mean stays at ½
+    assert step["prm/dpo_acc_before"] == 0.5 and step["prm/ranking_z_before"] == 0.0
+    assert step["prm/dpo_acc_before_mixed_ema"] == 0.5
 
 
 def test_a_step_above_the_ratio_stops_the_run_with_the_reward_error(run):

@@ -1,10 +1,10 @@
 """A PRIME run's processes end with its driver, however the driver ends.
 
 `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` is started as a user starts it (no
-launcher), with a run marker in its environment; once Ray's workers are up, the driver gets SIGINT, SIGTERM
-or SIGKILL. Every process that carries the marker (Ray's GCS, raylet, agents and workers, vLLM's engines:
-found by the marker, not by name) must be gone within a few seconds: the plugin's watcher
-(`verl_prime_lora.run_processes.reap_after_driver`) kills what the driver leaves behind.
+launcher), with a run marker in its environment; once Ray's workers are up, the driver gets SIGINT or SIGKILL.
+Every process that carries the marker (Ray's GCS, raylet, agents and workers, vLLM's engines: found by the marker,
+not by name) must be gone within seconds of the driver's end: the plugin's watcher (`verl_prime_lora.run_processes
+.reap_after_driver`) kills what the driver leaves behind.
 """
 
 import os
@@ -23,7 +23,9 @@ from verl_prime_lora.run_processes import RUN_MARKER, kill_run, pids_with_marker
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("shutdown")]  # one run per xdist worker
 
 START_TIMEOUT_S = 300
-GONE_WITHIN_S = 15.0  # the watcher's poll (0.5 s) + SIGTERM's grace (5 s) + SIGKILL, with room to spare
+# SIGINT unwinds the driver through Ray's shutdown: seconds when quiet, over 15 s once beside other runs on 2 cores
+DRIVER_ENDS_WITHIN_S = 60.0
+GONE_WITHIN_S = 15.0  # after the driver: the watcher's poll (0.5 s) + SIGTERM's grace (5 s) + SIGKILL, with room
 
 
 def _ray_workers(run_id: str) -> list[int]:
@@ -47,7 +49,9 @@ def _names(pids: list[int]) -> list[bytes]:
     return names
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+# SIGINT unwinds the driver (Ray's own shutdown runs), SIGKILL leaves everything to the watcher; SIGTERM, which ends the
+# driver without unwinding as SIGKILL does, is pinned by the unit test of the watcher (tests/test_run_processes.py).
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_no_process_of_the_run_outlives_its_driver(tmp_path, tiny_assets, sig):
     run_id = uuid.uuid4().hex
     env = {**RUN_ENV_DEFAULTS, **os.environ, RUN_MARKER: run_id}
@@ -79,9 +83,9 @@ def test_no_process_of_the_run_outlives_its_driver(tmp_path, tiny_assets, sig):
         time.sleep(2)  # a moment more: the TaskRunner builds the trainer, vLLM engines start
         left_at_kill = len(pids_with_marker(run_id))
         os.kill(driver.pid, sig)
-        killed_at = time.monotonic()
-        driver.wait(timeout=GONE_WITHIN_S)  # the driver itself, then the rest of the run
-        while pids_with_marker(run_id) and time.monotonic() - killed_at < GONE_WITHIN_S:
+        driver.wait(timeout=DRIVER_ENDS_WITHIN_S)
+        driver_ended_at = time.monotonic()
+        while pids_with_marker(run_id) and time.monotonic() - driver_ended_at < GONE_WITHIN_S:
             time.sleep(0.5)
         survivors = pids_with_marker(run_id)
         assert not survivors, f"{len(survivors)} of {left_at_kill} processes outlived the driver: {_names(survivors)}"
