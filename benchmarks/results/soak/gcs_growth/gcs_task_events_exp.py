@@ -117,7 +117,7 @@ def last_gcs_counters(session_dir):
 def main():
     me = psutil.Process()
     temp_dir = f"/tmp/gcsx_{os.getpid()}"
-    ctx = ray.init(
+    ray.init(
         num_cpus=2,
         include_dashboard=False,
         _temp_dir=temp_dir,
