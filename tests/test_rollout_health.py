@@ -160,18 +160,32 @@ def test_the_interrupt_ends_a_blocked_wait_of_the_main_thread_and_stop_absorbs_t
 
 
 BLOCKED_FIT = """
-import functools, threading, time
+import asyncio, functools, signal, sys, threading, time
 from types import SimpleNamespace
 from verl_prime_lora.integration import rollout_health as rh, trainer as tr
 rh.INTERRUPT_EVERY_S = 0.05
 tr.EngineMonitor = functools.partial(
     rh.EngineMonitor, problem=lambda address: "/health answered 503", check_every_s=0.05, checks_to_dead=2
 )
+if sys.argv[1] == "ray_worker_of_a_background_run":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited from a shell that started the run with `&`
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as the raylet starts every worker
+else:  # Python's own, whatever this test's process inherited
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+async def weight_sync():
+    # veRL's colocated weight sync on a dead engine: Ray's wait on a result inside asyncio.run, which waits in
+    # short slices with a check for signals between them, and never ends by itself
+    deadline = time.monotonic() + 20
+    while not threading.Event().wait(0.05):
+        if time.monotonic() > deadline:
+            return "not interrupted"
 
 
 class WaitsForEver:
     def fit(self):
-        threading.Event().wait(60)  # as veRL's colocated weight sync on a dead engine
+        return asyncio.run(weight_sync())
 
 class Trainer(tr.PrimeTrainerMixin, WaitsForEver):
     def __init__(self):
@@ -179,20 +193,53 @@ class Trainer(tr.PrimeTrainerMixin, WaitsForEver):
         self.llm_server_manager = SimpleNamespace(server_addresses=["10.0.0.1:8000"])
 
 try:
-    Trainer().fit()
+    print(Trainer().fit())
 except rh.RolloutEngineError as err:
     print(err)
 time.sleep(0.3)  # no interrupt after fit ended
-print("done")
+handler = signal.getsignal(signal.SIGINT)
+print("done; SIGINT:", getattr(handler, "name", None) or handler.__name__)
 """
 
 
-def test_a_fit_waiting_on_a_dead_engine_is_stopped_with_the_engine_named():
-    done = subprocess.run([sys.executable, "-c", BLOCKED_FIT], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize(
+    "process, sigint", [("plain", "default_int_handler"), ("ray_worker_of_a_background_run", "SIG_IGN")]
+)
+def test_a_fit_waiting_on_a_dead_engine_is_stopped_with_the_engine_named(process, sigint):
+    """Whatever the process does with SIGINT: a Ray worker of a run started in the background ignores it (the
+    interrupt would do nothing) and blocks it (only the check in Ray's wait sees the interrupt)."""
+    done = subprocess.run([sys.executable, "-c", BLOCKED_FIT, process], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     message, last = done.stdout.strip().splitlines()
     assert message.startswith(
         "actor_rollout_ref.rollout: the run stopped at step 3 because a vLLM rollout engine died (replica 0 at "
         "10.0.0.1:8000: /health answered 503); veRL was waiting on the dead engine"
     )
-    assert last == "done"
+    assert last == f"done; SIGINT: {sigint}"  # the process's own handler is back
+
+
+SIGINT_BEFORE_A_DEATH = """
+import signal, sys, time
+from verl_prime_lora.integration import rollout_health as rh
+signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == "ignored" else signal.default_int_handler)
+before = signal.getsignal(signal.SIGINT)
+monitor = rh.EngineMonitor(lambda: ["a"], problem=lambda address: None, check_every_s=0.05)
+monitor.start()
+try:
+    signal.raise_signal(signal.SIGINT)
+    time.sleep(0.2)
+    print("went on")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+monitor.stop()
+print(signal.getsignal(signal.SIGINT) is before)
+"""
+
+
+@pytest.mark.parametrize("sigint, outcome", [("default", "KeyboardInterrupt"), ("ignored", "went on")])
+def test_while_every_replica_is_healthy_sigint_is_handled_as_the_process_had_it(sigint, outcome):
+    done = subprocess.run(
+        [sys.executable, "-c", SIGINT_BEFORE_A_DEATH, sigint], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [outcome, "True"]

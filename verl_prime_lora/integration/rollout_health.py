@@ -7,8 +7,9 @@ waits for ever: the colocated weight sync sends its first bucket over ZMQ to the
 So while a PRIME trainer's `fit` runs, `EngineMonitor` asks each replica's server every `CHECK_EVERY_S` seconds
 (veRL serves vLLM's OpenAI server, whose `/health` answers 503 once its engine is dead); a replica that fails
 `CHECKS_TO_DEAD` checks in a row is dead: the monitor logs it and interrupts the trainer's thread (a
-KeyboardInterrupt, the one exception that ends Ray's wait on a result). Whatever escapes `fit` while a replica is
-dead becomes `RolloutEngineError`, naming the replica and what it answered, the original error chained.
+KeyboardInterrupt, the one exception that ends Ray's wait on a result, raised by the monitor's own SIGINT handler:
+the process's may do nothing, see `EngineMonitor`). Whatever escapes `fit` while a replica is dead becomes
+`RolloutEngineError`, naming the replica and what it answered, the original error chained.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 5.0
 CHECK_EVERY_S = 10.0
 CHECKS_TO_DEAD = 3  # ~30 s of failed checks: a server that is only slow to answer is not taken for dead
-INTERRUPT_EVERY_S = 1.0  # asyncio.run absorbs a first interrupt (it cancels its task): repeat until fit ends
+INTERRUPT_EVERY_S = 1.0  # an interrupt may be caught where it lands (an `except BaseException`): repeat until fit ends
 
 
 class RolloutEngineError(RuntimeError):
@@ -73,9 +74,10 @@ def engine_error(dead: list[str], step: int, cause: BaseException) -> RolloutEng
 
 
 def interrupt_main_thread() -> None:
-    """KeyboardInterrupt in this process's main thread, twice over: `_thread.interrupt_main` runs its SIGINT handler
-    at the next check for signals (Ray's wait on a result checks, and a Ray worker's main thread does not take the
-    OS signal), and SIGINT sent to the thread ends a blocking system call (a lock, a socket) elsewhere."""
+    """SIGINT for this process's main thread, twice over: `_thread.interrupt_main` runs its Python handler at the next
+    check for signals (Ray's wait on a result checks every second; a Ray worker blocks the OS signal), and SIGINT
+    sent to the thread ends a blocking system call (a lock, a socket) where it is not blocked. Neither does anything
+    while SIGINT is ignored."""
     _thread.interrupt_main()
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
@@ -83,7 +85,13 @@ def interrupt_main_thread() -> None:
 class EngineMonitor:
     """While `fit` runs: each replica's /health every `check_every_s`; `checks_to_dead` failures in a row make it
     dead (`dead`), logged, and the thread that started the monitor is interrupted every `INTERRUPT_EVERY_S` until
-    `stop` (only the main thread can be interrupted: from any other the monitor only logs)."""
+    `stop` (only the main thread can be interrupted: from any other the monitor only logs).
+
+    Started on the main thread, the monitor's SIGINT handler is in place until `stop`: once a replica is dead a
+    SIGINT raises KeyboardInterrupt, before that it is handled as the process had it (ignored if it was ignored).
+    The process's own handler cannot be relied on: a run started in the background of a shell inherits SIGINT
+    ignored, in every Ray worker too, and `interrupt_main_thread` then does nothing; asyncio.run's absorbs the first
+    (it cancels its task)."""
 
     def __init__(
         self,
@@ -100,15 +108,19 @@ class EngineMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._may_interrupt = False
+        self._previous_sigint: Callable | int | None = None  # the handler `start` replaced, until `stop`
 
     def start(self) -> None:
         self._may_interrupt = threading.current_thread() is threading.main_thread()
+        if self._may_interrupt and signal.getsignal(signal.SIGINT) is not None:  # None: set outside Python, kept
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         self._thread = threading.Thread(target=self._watch, name="prime-rollout-health", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the checks. No interrupt comes after this returns: one that lands while it waits for the thread is
-        swallowed (a dead replica is being reported), any other KeyboardInterrupt raised."""
+        """Ends the checks and puts the process's SIGINT handler back. No interrupt comes after this returns: one that
+        lands while it waits for the thread is swallowed (a dead replica is being reported), any other
+        KeyboardInterrupt raised."""
         self._stop.set()
         while self._thread is not None:
             try:
@@ -118,6 +130,17 @@ class EngineMonitor:
             except KeyboardInterrupt:
                 if not self.dead:
                     raise
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+
+    def _on_sigint(self, signum: int, frame) -> None:
+        if self.dead:
+            raise KeyboardInterrupt
+        if callable(self._previous_sigint):
+            self._previous_sigint(signum, frame)
+        elif self._previous_sigint == signal.SIG_DFL:
+            raise KeyboardInterrupt  # the default would end the process: Python's own handler raises this instead
 
     def check(self) -> list[str]:
         """One round of checks: the replicas dead as of now ("replica i at ADDRESS: problem")."""
