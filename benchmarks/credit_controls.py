@@ -17,6 +17,8 @@ reads the PRM's accuracy, which says nothing about these rewards).
 * `shuffled_rewards`: PRIME's r[i,·] permuted over response i's tokens: the same z_i (so the same
   response-level ranking), the positions random. What PRIME gains over it is what its placement of credit
   within a response is worth.
+* `oracle_shuffled_rewards`: `oracle_rewards` permuted the same way: the oracle's z_i, its positions random (the
+  planted-error study's control for the oracle, `benchmarks/planted_error_task.py`).
 
     reward.custom_reward_function.path=benchmarks/credit_controls.py reward.custom_reward_function.name=compute_score
     prime.process_rewards_fn.path=benchmarks/credit_controls.py prime.process_rewards_fn.name=oracle_rewards
@@ -103,3 +105,10 @@ def shuffled_rewards(process_rewards, response_mask, responses, reward_infos, to
         order = torch.randperm(len(positions), generator=_generator)
         rewards[row, positions] = process_rewards[row, positions[order]]
     return rewards
+
+
+def oracle_shuffled_rewards(process_rewards, response_mask, responses, reward_infos, tokenizer) -> torch.Tensor:
+    """`oracle_rewards`, each response's permuted at random over its own response tokens (`shuffled_rewards`): the
+    oracle's z_i, its positions random. What the oracle gains over it is what placing its credit is worth."""
+    oracle = oracle_rewards(process_rewards, response_mask, responses, reward_infos, tokenizer)
+    return shuffled_rewards(oracle, response_mask, responses, reward_infos, tokenizer)

@@ -14,6 +14,16 @@ order and the endpoint:
 A run entry with `"from": "<path relative to the plan>"` is an earlier study's run reused as it is (named in the
 pre-registration); `run` never starts it and `analyse` reads it from there.
 
+A plan for a lab task other than chain_task's names its module in `task` (`"module": "planted_error_task"`, a file of
+`benchmarks/`). The module supplies `write_assets(out, task)` (the warm start and data, instead of
+`chain_task.write_warm_assets`), `ARMS` (the arms' overrides when the plan has no `arms`) and `METRICS` (name ->
+function of one logged step's metrics). Such a plan may then set, besides the keys above:
+
+     "endpoint_metric": "planted_error_rate",   # the endpoint: mean over `endpoint_steps` of this metric, not accuracy
+     "primary": [["oracle", "oracle_shuffled"], ["prime_grpo_ungated", "prime_grpo_shuffled"]],  # several tests
+     "multiplicity": "holm",               # their permutation p's adjusted by Holm's step-down (or "bonferroni")
+     "secondary_metrics": ["plus9_accuracy", "accuracy"]   # each arm's endpoint and every pair's test on these too
+
     python benchmarks/study.py run PLAN [--work DIR] [--jobs N]   # every run not yet in, in the plan's order
     python benchmarks/study.py analyse PLAN              # once every run is in: the test, written and printed
 
@@ -41,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import statistics
 import subprocess
@@ -71,6 +82,42 @@ def compare(by_arm: dict[str, dict[int, float]], first: str, second: str) -> dic
     }
 
 
+def adjusted(p_values: list[float], method: str) -> list[float]:
+    """Family-wise adjusted p's, in the given order: `bonferroni` min(1, k·p); `holm` the step-down
+    max over j ≤ rank of min(1, (k − j)·p_(j)) with p_(0) ≤ p_(1) ≤ ... (reject where adjusted p ≤ α)."""
+    k = len(p_values)
+    if method == "bonferroni":
+        return [min(1.0, k * p) for p in p_values]
+    if method != "holm":
+        raise ValueError(f"unknown multiplicity adjustment {method!r}")
+    result, running = [0.0] * k, 0.0
+    for rank, index in enumerate(sorted(range(k), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (k - rank) * p_values[index]))
+        result[index] = running
+    return result
+
+
+def primary_pairs(plan: dict) -> list[list[str]]:
+    """The plan's primary pairs: one `[first, second]`, or a list of them."""
+    primary = plan["primary"]
+    return [primary] if isinstance(primary[0], str) else primary
+
+
+def lab_module(task: dict):
+    """The lab task's module `task["module"]` (a file of `benchmarks/`), or None for chain_task's own task."""
+    return importlib.import_module(task["module"]) if "module" in task else None
+
+
+def metric_by_step(record: dict, metric: str | None, task: dict) -> dict[int, float]:
+    """A run's value of `metric` (a name in the task module's `METRICS`) at each step that logged it; None: its
+    greedy validation accuracy (`val_accuracy`)."""
+    if metric is None:
+        return {int(step): value for step, value in record["val_accuracy"].items()}
+    function = lab_module(task).METRICS[metric]
+    values = {int(step): function(row) for step, row in record.get("steps", {}).items()}
+    return {step: value for step, value in values.items() if value is not None}
+
+
 def source_commit() -> str:
     """The commit the runs come from (`+dirty` when the checkout has uncommitted changes)."""
     root = Path(__file__).resolve().parent.parent
@@ -84,9 +131,13 @@ def source_commit() -> str:
 def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
     plan = json.loads(plan_path.read_text())
     task = plan["task"]
-    arms = plan.get("arms", ARMS)
+    lab = lab_module(task)
+    arms = plan.get("arms", ARMS if lab is None else lab.ARMS)
     recipes = {"recipes": tuple(task["recipes"])} if "recipes" in task else {}
-    assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
+    if lab is None:
+        assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
+    else:
+        assets = lab.write_assets(work / "assets", task)
     commit = source_commit()
 
     def one(index: int, entry: dict) -> None:
@@ -135,10 +186,13 @@ def went_off(record: dict) -> bool | None:
     return val[max(val)] < val[0]
 
 
-def endpoint(record: dict, steps: list[int]) -> float | None:
-    """The mean of a run's validation accuracies at `steps`; None when it failed or missed one of them."""
-    val = {int(step): value for step, value in record["val_accuracy"].items()}
-    if record["returncode"] != 0 or any(step not in val for step in steps):
+def endpoint(record: dict, steps: list[int], metric: str | None = None, task: dict | None = None) -> float | None:
+    """The mean of a run's validation accuracies (or of `metric`, see `metric_by_step`) at `steps`; None when it
+    failed or missed one of them."""
+    if record["returncode"] != 0:
+        return None
+    val = metric_by_step(record, metric, task or {})
+    if any(step not in val for step in steps):
         return None
     return sum(val[step] for step in steps) / len(steps)
 
@@ -149,34 +203,62 @@ def require_every_run(plan_path: Path, plan: dict) -> None:
         raise SystemExit(f"{len(missing)} planned runs have no result yet (first: {missing[0]}); run them first.")
 
 
-def analyse(plan_path: Path) -> dict:
-    plan = json.loads(plan_path.read_text())
-    require_every_run(plan_path, plan)
+def endpoints_by_arm(plan_path: Path, plan: dict, metric: str | None) -> tuple[dict[str, dict[int, float]], list]:
+    """Each arm's endpoint by seed (of `metric`, None: accuracy), and the runs that failed (no endpoint)."""
     steps = [int(step) for step in plan["endpoint_steps"]]
     by_arm: dict[str, dict[int, float]] = {}
-    off: dict[str, list[int]] = {}
     failed = []
     for entry in plan["runs"]:
         record = json.loads(run_file(plan_path, entry).read_text())
-        if went_off(record):
-            off.setdefault(entry["arm"], []).append(int(entry["seed"]))
-        value = endpoint(record, steps)
+        value = endpoint(record, steps, metric, plan["task"])
         if value is None:
             failed.append({"arm": entry["arm"], "seed": entry["seed"], "returncode": record["returncode"]})
         else:
             by_arm.setdefault(entry["arm"], {})[int(entry["seed"])] = value
+    return by_arm, failed
+
+
+def describe(plan: dict, metric: str | None) -> str:
+    """What the endpoint of `metric` (None: accuracy) is, in words."""
+    steps = [int(step) for step in plan["endpoint_steps"]]
+    return f"mean {'greedy validation accuracy' if metric is None else metric} at steps {steps}"
+
+
+def analyse(plan_path: Path) -> dict:
+    plan = json.loads(plan_path.read_text())
+    require_every_run(plan_path, plan)
+    metric = plan.get("endpoint_metric")
+    by_arm, failed = endpoints_by_arm(plan_path, plan, metric)
+    off: dict[str, list[int]] = {}
+    for entry in plan["runs"]:
+        if went_off(json.loads(run_file(plan_path, entry).read_text())):
+            off.setdefault(entry["arm"], []).append(int(entry["seed"]))
     arms = {
         arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v, "went_off": off.get(arm, [])}
         for arm, v in by_arm.items()
     }
+    pairs = primary_pairs(plan)
+    tests = [compare(by_arm, *pair) for pair in pairs]
+    if "multiplicity" in plan:
+        for test, p in zip(tests, adjusted([t["permutation_p"] for t in tests], plan["multiplicity"])):
+            test[f"{plan['multiplicity']}_p"] = p
     result = {
-        "endpoint": f"mean greedy validation accuracy at steps {steps}",
+        "endpoint": describe(plan, metric),
         "arms": arms,
         "failed_runs": failed,
-        "primary": compare(by_arm, *plan["primary"]),
+        "primary": tests[0] if isinstance(plan["primary"][0], str) else tests,
     }
     if plan.get("secondary"):
         result["secondary"] = [compare(by_arm, *pair) for pair in plan["secondary"]]
+    if plan.get("secondary_metrics"):
+        result["secondary_metrics"] = {}
+        for name in plan["secondary_metrics"]:
+            values, _ = endpoints_by_arm(plan_path, plan, name)
+            result["secondary_metrics"][name] = {
+                "endpoint": describe(plan, name),
+                "arms": {arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values()))} for arm, v in values.items()},
+                "pairs": [compare(values, *pair) for pair in [*pairs, *plan.get("secondary", [])]],
+            }
     (plan_path.parent / "analysis.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -201,7 +283,7 @@ def mechanism(
     require_every_run(plan_path, plan)
     last = int(plan["task"]["steps"])
     endpoint_steps = [int(step) for step in plan["endpoint_steps"]]
-    baseline = baseline or plan["primary"][1]
+    baseline = baseline or primary_pairs(plan)[0][1]
     by_arm: dict[str, list[dict]] = {}
     failed = []
     for entry in plan["runs"]:
@@ -280,6 +362,15 @@ def print_mechanism(result: dict) -> None:
         print(f"failed runs, kept out: {result['failed_runs']}")
 
 
+def pair_line(pair: dict) -> str:
+    """`first - second: diff [low, high] (Welch), p = ...` with any adjusted p."""
+    diff, low, high = pair["welch_ci95"]
+    extra = "".join(f", {key} = {value:.3f}" for key, value in pair.items() if key in ("holm_p", "bonferroni_p"))
+    return (
+        f"{pair['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), p = {pair['permutation_p']:.3f}{extra}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["run", "analyse", "mechanism"])
@@ -303,12 +394,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds; "
             f"went off: {len(stats['went_off'])} (seeds {stats['went_off']})"
         )
-    for label, pair in [("primary", result["primary"])] + [("secondary", p) for p in result.get("secondary", [])]:
-        diff, low, high = pair["welch_ci95"]
-        print(
-            f"{label} {pair['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), "
-            f"p = {pair['permutation_p']:.3f}"
-        )
+    primary = result["primary"] if isinstance(result["primary"], list) else [result["primary"]]
+    print(f"endpoint: {result['endpoint']}")
+    for label, pair in [("primary", p) for p in primary] + [("secondary", p) for p in result.get("secondary", [])]:
+        print(f"{label} {pair_line(pair)}")
+    for name, block in result.get("secondary_metrics", {}).items():
+        print(f"secondary metric: {block['endpoint']}")
+        for arm, stats in block["arms"].items():
+            mean, low, high = stats["mean_ci95"]
+            print(f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds")
+        for pair in block["pairs"]:
+            print(f"  {pair_line(pair)}")
     if result["failed_runs"]:
         print(f"failed runs, kept out: {result['failed_runs']}")
     return 0
