@@ -73,7 +73,15 @@ def test_no_process_of_the_run_outlives_its_driver(tmp_path, tiny_assets, sig):
         f"hydra.run.dir={tmp_path / 'hydra'}",
     ]
     with open(tmp_path / "driver.log", "w") as log:
-        driver = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # SIGINT as a terminal gives it (a run started in the background, as some CI shells do, inherits it ignored)
+        driver = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _ray_workers(run_id):
