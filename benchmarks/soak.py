@@ -67,7 +67,7 @@ from pathlib import Path
 from evidence import t_quantile
 
 from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
-from verl_prime_lora.run_processes import RUN_MARKER, is_gone, pids_with_marker, run_processes
+from verl_prime_lora.run_processes import RUN_MARKER, pids_with_marker, run_processes, signal_and_wait
 
 PROC = Path("/proc")
 ALL = "all"  # the key of a quantity's total over every process kind
@@ -230,16 +230,8 @@ def kill_whole_run(run_id: str, rounds: int = 5, wait_s: float = 5.0) -> int:
         pids = pids_with_marker(run_id)
         if not pids:
             break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait_s
-        while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if not is_gone(pid)]
-            time.sleep(0.1)
+        signalled, _ = signal_and_wait(pids, signal.SIGKILL, wait_s)
+        killed.update(signalled)
     return len(killed)
 
 

@@ -124,19 +124,28 @@ def is_gone(pid: int) -> bool:
         return True
 
 
+def signal_and_wait(pids: list[int], sig: int, wait_s: float) -> tuple[list[int], list[int]]:
+    """Send `sig` to each of `pids`, then wait up to `wait_s` for them to end: (the pids signalled, those still
+    alive)."""
+    signalled = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            signalled.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if not is_gone(pid)]
+        time.sleep(0.1)
+    return signalled, pids
+
+
 def kill_run(run_id: str, grace_s: float = 5.0) -> list[int]:
     """SIGTERM, then SIGKILL, every process whose environment carries this run's marker; the survivors."""
     pids = pids_with_marker(run_id)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if not is_gone(pid)]
-            time.sleep(0.2)
+        _, pids = signal_and_wait(pids, sig, grace_s)
     return pids
 
 
