@@ -1,5 +1,5 @@
-"""The CPU patches that shorten veRL's replay-buffer poll and stop vLLM's queue readers spinning
-(verl_prime_lora/cpu/patches.py)."""
+"""The CPU patches that de-duplicate the process group's backend string, shorten veRL's replay-buffer poll and stop
+vLLM's queue readers spinning (verl_prime_lora/cpu/patches.py)."""
 
 import inspect
 import time
@@ -22,6 +22,26 @@ ARGS = {
     "max_off_policy_strategy": "drop",
     "sampler_kwargs": {},
 }
+
+
+@pytest.mark.parametrize("positional", [False, True], ids=["keyword", "positional"])
+def test_the_backend_string_reaches_torch_once_per_device_type(positional, monkeypatch):
+    """veRL passes `backend=` by keyword; torch's own signature also takes it first by position."""
+    import torch.distributed
+
+    calls = []
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: calls.append((a, k)))
+    patches.dedupe_process_group_backend()
+    if positional:
+        torch.distributed.init_process_group("cpu:gloo,cpu:gloo", "file:///x", world_size=1)
+    else:
+        torch.distributed.init_process_group(backend="cpu:gloo,cpu:gloo", init_method="file:///x", world_size=1)
+    expected = (
+        (("cpu:gloo", "file:///x"), {"world_size": 1})
+        if positional
+        else (("cpu:gloo",), {"init_method": "file:///x", "world_size": 1})
+    )
+    assert calls == [expected]
 
 
 @pytest.mark.parametrize("cls", [ReplayBuffer, ReplayBufferAsync])

@@ -83,6 +83,56 @@ def test_fused_log_probs_are_the_fp32_log_softmax_of_the_bf16_logits():
     assert default.dtype == torch.bfloat16 and (default.double() - exact).abs().max() > 5e-3
 
 
+UNTIED_LM_HEAD_FORWARD = """
+import json, sys
+import torch, torch.distributed as dist
+from peft import LoraConfig, get_peft_model
+from torch.distributed.device_mesh import init_device_mesh
+from transformers import Qwen2Config, Qwen2ForCausalLM
+import verl.utils.fsdp_utils as fsdp_utils
+from verl.models.transformers.monkey_patch import apply_monkey_patch
+
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+if sys.argv[1] == "patched":
+    from verl_prime_lora.integration.patches import keep_untied_lm_head_in_root_unit
+    keep_untied_lm_head_in_root_unit(fsdp_utils)
+torch.manual_seed(0)
+config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=1, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False)
+model = Qwen2ForCausalLM(config)
+apply_monkey_patch(model, use_remove_padding=False, use_fused_kernels=True, fused_kernels_backend="torch")
+model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+fsdp_utils.apply_fsdp2(model, {"mesh": init_device_mesh("cpu", (1,))}, {})
+try:
+    out = model(input_ids=torch.randint(0, 128, (2, 12)), temperature=1.0, return_dict=True)
+    out.log_probs.sum().backward()
+    print(json.dumps({"error": None, "finite": bool(out.log_probs.isfinite().all())}))
+except RuntimeError as error:
+    print(json.dumps({"error": str(error)}))
+"""
+
+
+@pytest.mark.parametrize("patched", [False, True], ids=["verl", "patched"])
+def test_the_fused_forward_of_an_untied_lm_head_under_fsdp2(patched, tmp_path):
+    """The seed model's lm_head is its own (not the input embedding). veRL shards it as an FSDP2 unit of its own,
+    and its fused log-prob forward (`use_fused_kernels`, the recipe's) reads `lm_head.weight` without calling it:
+    the weight is still sharded and the first forward dies. `patches.keep_untied_lm_head_in_root_unit` leaves it to
+    the root unit; the LoRA model then runs forward and backward under FSDP2 (one process, gloo).
+    Should veRL's own path stop failing, the patch is no longer needed."""
+    import json
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", UNTIED_LM_HEAD_FORWARD, "patched" if patched else "verl", str(tmp_path / "store")]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    if patched:
+        assert result == {"error": None, "finite": True}
+    else:
+        assert "mixed torch.Tensor and DTensor" in result["error"]
+
+
 # -- packages the GPU path imports ------------------------------------------------------------------------------
 
 

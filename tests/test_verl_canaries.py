@@ -78,6 +78,19 @@ CANARIES = [
         "and that the tracker file is still written last",
     ),
     Canary(
+        "verl.utils.fsdp_utils:_select_fsdp2_wrap_targets",
+        "aeb088da4c1b1ec8",
+        "verl_prime_lora/integration/patches.py: keep_untied_lm_head_in_root_unit (wraps it)",
+        "whether an untied lm_head is still picked as a unit of its own (if not, or if the fused forward now "
+        "gathers it, drop the patch: tests/test_gpu_path.py's untied-lm_head test tells)",
+    ),
+    Canary(
+        "verl.models.transformers.dense_common:forward_with_torch_backend",
+        "25033118f87a4cdc",
+        "verl_prime_lora/integration/patches.py: keep_untied_lm_head_in_root_unit",
+        "whether the fused forward still reads self.lm_head.weight without calling the lm_head",
+    ),
+    Canary(
         f"{TB}._compute_old_log_prob",
         "44d291a7cc1930e9",
         "verl_prime_lora/config/run.py: reference_source; "

@@ -111,3 +111,19 @@ def kill_after_steps(run: str, metrics_path: Path, steps: int, command_part: str
 
     threading.Thread(target=watch, daemon=True).start()
     return record
+
+
+def validation_answers(folder: Path, step: int) -> dict[str, str]:
+    """Prompt -> answer of veRL's validation at `step`, from the dump of `trainer.validation_data_dir` (text with the
+    special tokens left out, as veRL decodes it)."""
+    rows = [json.loads(line) for line in (folder / f"{step}.jsonl").read_text().splitlines() if line.strip()]
+    return {row["input"]: row["output"] for row in rows}
+
+
+def assert_rollouts_sampled_by_the_actor(step: dict) -> None:
+    """vLLM sampled the step's rollouts from the weights the actor scored them with: rollout (vLLM) and actor (FSDP)
+    log-probs agree, the measure of `assert_trained_weights_reached_vllm`, for a step whose rollouts no update
+    separates from the actor. Left apart only by bf16 rounding they agree closely (Pearson above 0.98, k3 KL below
+    0.05 in the rehearsal); a tensor of vLLM's model left at random weights makes it sample far from the actor."""
+    assert step["training/rollout_actor_probs_pearson_corr"] > 0.9, step["training/rollout_actor_probs_pearson_corr"]
+    assert step["rollout_corr/k3_kl"] < 0.2, step["rollout_corr/k3_kl"]

@@ -29,13 +29,13 @@ def dedupe_process_group_backend() -> None:
         return
 
     @functools.wraps(original)
-    def init_process_group(*args, backend=None, **kwargs):
+    def init_process_group(backend=None, *args, **kwargs):
         if isinstance(backend, str) and "," in backend:
             by_device: dict[str, str] = {}
             for entry in backend.split(","):
                 by_device.setdefault(entry.split(":", 1)[0], entry)
             backend = ",".join(by_device.values())
-        return original(*args, backend=backend, **kwargs)
+        return original(backend, *args, **kwargs)
 
     torch.distributed.init_process_group = mark(init_process_group)
 

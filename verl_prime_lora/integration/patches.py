@@ -48,6 +48,17 @@ module is imported (`MODULE_PATCHES`, which also lists what each replaces), idem
    parse. The module's `open` is given a wrapper that writes that one file beside itself and renames it over
    (`checkpoint_files.write_atomically`); every other file opens as before.
 
+6. `keep_untied_lm_head_in_root_unit` wraps `verl.utils.fsdp_utils._select_fsdp2_wrap_targets`, which picks the
+   modules `apply_fsdp2` shards as FSDP2 units of their own. For a model whose lm_head is not tied to its input
+   embedding (DeepSeek-R1-Distill-Qwen-1.5B's) it picks the lm_head; but veRL's fused log-prob forward
+   (`use_fused_kernels`, which the recipe sets: `verl/models/transformers/dense_common.py`) reads
+   `lm_head.weight` without calling the lm_head, so that unit's pre-forward hook never gathers it, and the first
+   actor or PRM forward dies with "aten.mm.default got mixed torch.Tensor and DTensor" (on any platform; upstream
+   as verl-project/verl#7427). The wrapper leaves the lm_head to the root unit, which holds its parameters
+   gathered through forward and backward: what a single-device run (the seed's) has anyway, and on N devices one
+   full lm_head per device during a step (0.47 GB in bf16 for the seed model) instead of a 1/N shard. The embedding
+   stays a unit of its own.
+
 The warnings filter (`hide_missing_engine_warnings`): veRL's engine package warns once per process for every optional
 training backend it cannot import ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni,
 automodel, mindspeed, megatron; verl/workers/engine/__init__.py), five lines in every Ray worker. A Ray process
@@ -277,6 +288,25 @@ def publish_checkpoint_tracker_atomically(trainer_base) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 6. an untied lm_head in FSDP2's root unit, where the fused log-prob forward finds it gathered
+# ---------------------------------------------------------------------------------------------
+
+
+def keep_untied_lm_head_in_root_unit(fsdp_utils) -> None:
+    original = fsdp_utils._select_fsdp2_wrap_targets
+    if is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def _select_fsdp2_wrap_targets(model, *args, **kwargs):
+        targets = original(model, *args, **kwargs)
+        lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        return [module for module in targets if lm_head is None or module is not lm_head]
+
+    fsdp_utils._select_fsdp2_wrap_targets = mark(_select_fsdp2_wrap_targets)
+
+
+# ---------------------------------------------------------------------------------------------
 # the warnings of veRL's engine package about backends it cannot import
 # ---------------------------------------------------------------------------------------------
 
@@ -306,6 +336,7 @@ MODULE_PATCHES = {
         install_reward_failure_guard, ("RewardLoopWorker.compute_score", "RewardLoopWorker.compute_score_batch")
     ),
     "verl.trainer.ppo.v1.trainer_base": ModulePatch(publish_checkpoint_tracker_atomically, ("open",)),
+    "verl.utils.fsdp_utils": ModulePatch(keep_untied_lm_head_in_root_unit, ("_select_fsdp2_wrap_targets",)),
 }
 
 

