@@ -1,7 +1,8 @@
 # The README's two commands. Both make (or reuse) the virtualenv .venv in the repo root.
 #   make demo    the main job: PRIME on chain arithmetic on CPU (the CPU demo; warm-started tiny Qwen2)
-#   make test    the test-suite (unit, packaging, CPU end-to-end runs, the CPU demo as written)
-# Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (no e2e),
+#   make test    the test-suite (unit, packaging, the lab's tests, CPU end-to-end runs, the CPU demo as written)
+# Also: make smoke (3 PRIME steps on a random tiny model: the plumbing in ~1.5 min), make unit (the product's tests
+# without e2e), make lab (the tests of benchmarks/, the lab),
 # make lint (ruff check + format check, veRL's settings; part of make test), make constraints (re-freeze
 # constraints/cpu.txt from .venv), make gpu-lock (re-resolve '.[gpu]' into constraints/gpu.txt), make check-gpu-extra
 # (does '.[gpu]' resolve to exactly constraints/gpu.txt?); each ~4 min of downloads, not in CI.
@@ -10,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-cpu
 
-.PHONY: demo smoke test unit lint venv constraints check-gpu-extra gpu-lock
+.PHONY: demo smoke test unit lab lint venv constraints check-gpu-extra gpu-lock
 venv: $(STAMP)
 
 # torch first: `pip install torch==2.13.0` takes the CPU build; everything after must keep it.
@@ -59,11 +60,12 @@ demo: $(STAMP)
 smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) bash examples/run_cpu_smoke.sh
 
-# The unit tier on both cores (pytest-xdist; no unit test starts Ray or binds a fixed port), then the e2e runs of
+# The unit tier on both cores (pytest-xdist; no unit test starts Ray or binds a fixed port), the lab's tier, then the e2e runs of
 # main_ppo two at a time (each test file keeps the tests of one run on one worker: xdist_group; two launches
 # side by side finish sooner than one after the other, their start-ups being largely single-threaded).
 test: lint
-	$(PY) -m pytest -q -m "not e2e" -n 2 --durations=30
+	$(PY) -m pytest -q -m "not e2e" --ignore=tests/lab -n 2 --durations=30
+	$(PY) -m pytest -q tests/lab -n 2 --durations=10
 	$(PY) -m pytest -q -m e2e -n 2 --dist loadgroup --durations=30
 
 lint: $(STAMP)
@@ -71,4 +73,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 unit: $(STAMP)
-	$(PY) -m pytest -q -m "not e2e" -n 2 --durations=30
+	$(PY) -m pytest -q -m "not e2e" --ignore=tests/lab -n 2 --durations=30
+
+lab: $(STAMP)
+	$(PY) -m pytest -q tests/lab -n 2 --durations=10

@@ -4,7 +4,7 @@ Batch 1024 × 4096 (64 groups of 16, shuffled uids, random response lengths), fl
 Each estimator is timed `--repeats` times, interleaved round-robin so that machine noise hits all
 of them alike; the median is reported, and every ratio is against `grpo_vectorized` of the same run.
 
-    python benchmarks/advantage.py [--repeats 15] [--threads N]
+    python -m benchmarks.advantage [--repeats 15] [--threads N]
 """
 
 import argparse

@@ -15,7 +15,7 @@ The model: a random Qwen2 with a small body and a 32768-token vocabulary, so tha
 model's do (about ln V ≈ 10 nats, where bf16's step is 0.06); each micro-batch's valid tokens go through the head in
 one matmul, as in veRL's engine. G groups of K responses of L_i tokens, L_i uniform in [L/2, L], random ids.
 
-    python benchmarks/bf16_log_ratio_noise.py [--lengths 256 1024 3584] [--out benchmarks/results/bf16_log_ratio_noise]
+    python -m benchmarks.bf16_log_ratio_noise [--lengths 256 1024 3584] [--out benchmarks/results/bf16_log_ratio_noise]
 
 Prints one row per (L, path, micro-batches) and writes `noise.json`: the largest |Δ log p| of a token, the share of
 tokens that differ, σ_g(z) (mean and max over groups) and the share of groups at or above the threshold.
@@ -30,7 +30,7 @@ clip 1.0, weight decay 0) on the BCE of these very responses (`update: before` s
     with lr·k·|u| far below any weight's size the gradient g barely moves, and AdamW's bias-corrected step for a
     constant g is lr·ĝ/(|ĝ| + ε) each time (ĝ: g after clipping), so w_k = w_0 − k·lr·ĝ/(|ĝ| + ε)
 
-from one backward (`adam_direction`; tests/test_bf16_noise_floor.py checks it against torch's AdamW). For each k:
+from one backward (`adam_direction`; tests/lab/test_bf16_noise_floor.py checks it against torch's AdamW). For each k:
 
 * learned σ_g(z): the spread of z = β·Σ_t (log π_φ − log π_ref) computed in fp32, taken as exact (`--fp64-check`
   measures fp32's own error in z against an fp64 forward at the first point);
@@ -42,7 +42,7 @@ A 28-layer model at 3584 tokens does not fit 2 cores' time and 24 GiB with its g
 log σ = a + b·log(depth) + c·log(L) over the measured points and extrapolated to the seed's 28 layers and 3584
 tokens (`fit_floor`). Writes `floor.json`.
 
-    python benchmarks/bf16_log_ratio_noise.py --trained [--depths 1 2 4] [--lengths 256 1024] [--steps 1 5 20]
+    python -m benchmarks.bf16_log_ratio_noise --trained [--depths 1 2 4] [--lengths 256 1024] [--steps 1 5 20]
 """
 
 import argparse
@@ -284,7 +284,7 @@ def run_trained(args) -> None:
     """Measures each (depth, L) point in turn; `floor.json` is rewritten after each, with the fit so far."""
     args.out.mkdir(parents=True, exist_ok=True)
     command = (
-        "python benchmarks/bf16_log_ratio_noise.py --trained "
+        "python -m benchmarks.bf16_log_ratio_noise --trained "
         + " ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(args).items()
@@ -376,7 +376,7 @@ def main() -> None:
                     flush=True,
                 )
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/bf16_log_ratio_noise.py " + " ".join(
+    command = "python -m benchmarks.bf16_log_ratio_noise " + " ".join(
         f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in vars(args).items()
         if k != "out"

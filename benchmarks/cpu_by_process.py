@@ -1,6 +1,6 @@
 """Where a CPU run's processor time goes, by process, per training step.
 
-    python benchmarks/cpu_by_process.py [--estimator grpo] [--steps 10] [--from-step 3] [--to-step 9]
+    python -m benchmarks.cpu_by_process [--estimator grpo] [--steps 10] [--from-step 3] [--to-step 9]
 
 One `main_ppo` launch in the setting of `step_time_vs_trl.py` (the CPU demo's warm model and data, 16 prompts ×
 8 samples, no prompt filter, no validation). The CPU seconds each of the run's processes has used
@@ -24,9 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
-from step_time_vs_trl import PROJECT_RUNS, RECIPES, launch_lines
-
-from verl_prime_lora.demo import chain_task
+from benchmarks.step_time_vs_trl import PROJECT_RUNS, RECIPES, launch_lines
+from verl_prime_lora.demo import warm_start
 from verl_prime_lora.demo.learning_run import ESTIMATORS, follow_metrics, run_learning
 from verl_prime_lora.run_processes import RUN_MARKER, cpu_by_name, run_processes, start_order
 
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.from_step < args.to_step <= args.steps:
         parser.error("need 1 <= --from-step < --to-step <= --steps")
     out = args.out.resolve()
-    assets = chain_task.write_warm_assets(out / "assets", seed=0)
+    assets = warm_start.write_warm_assets(out / "assets", seed=0)
     workdir = out / args.estimator
     done = threading.Event()
     run_id = uuid.uuid4().hex
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.to_step - args.from_step
     rates = per_step(before, after, steps)
     report = {
-        "command": "python benchmarks/cpu_by_process.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.cpu_by_process " + " ".join(argv if argv is not None else sys.argv[1:]),
         "estimator": args.estimator,
         "steps": [args.from_step, args.to_step],
         "wall_s_per_step": (last_at - first_at) / steps,

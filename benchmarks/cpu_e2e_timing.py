@@ -10,7 +10,7 @@ and watches it from outside:
   workers, vLLM engine processes), sampled every 0.5 s; shared pages count once per process, so it
   over-estimates. Peak host "used" (total - available, minus the value before the run) is printed too.
 
-    python benchmarks/cpu_e2e_timing.py [--steps 5] [--out DIR]
+    python -m benchmarks.cpu_e2e_timing [--steps 5] [--out DIR]
 """
 
 import argparse

@@ -20,23 +20,17 @@ reads the PRM's accuracy, which says nothing about these rewards).
 * `oracle_shuffled_rewards`: `oracle_rewards` permuted the same way: the oracle's z_i, its positions random (the
   planted-error study's control for the oracle, `benchmarks/planted_error_task.py`).
 
-    reward.custom_reward_function.path=benchmarks/credit_controls.py reward.custom_reward_function.name=compute_score
-    prime.process_rewards_fn.path=benchmarks/credit_controls.py prime.process_rewards_fn.name=oracle_rewards
+    reward.custom_reward_function.path=pkg://benchmarks.credit_controls reward.custom_reward_function.name=compute_score
+    prime.process_rewards_fn.path=pkg://benchmarks.credit_controls prime.process_rewards_fn.name=oracle_rewards
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # veRL loads this file by path: its neighbours by name
-
-from step_credit import label_steps  # noqa: E402
-
-from verl_prime_lora.demo.chain_task import Chain  # noqa: E402
-from verl_prime_lora.rewards import math_format  # noqa: E402
+from benchmarks.step_credit import label_steps
+from verl_prime_lora.demo.chain_task import Chain
+from verl_prime_lora.rewards import math_format
 
 WRONG_START, WRONG_END = "first_error_start", "first_error_end"  # reward_extra_info keys; -1: no error
 SHUFFLE_SEED = 0

@@ -9,7 +9,7 @@ Two claims, each tested against chance with a one-sided error probability `alpha
   independent samples; the two checks score the same problems, whose positive correlation only lowers the
   variance of the difference, so the bound is conservative.
 * **The PRM ranks right above wrong answers.** Each step logs `prm/ranking_z`, a stratified Mann–Whitney
-  z (`core_algos.prm_ranking_z`): ≈ N(0, 1) when the PRM ranks at chance within every group. Steps hold
+  z (`implicit_prm.prm_ranking_z`): ≈ N(0, 1) when the PRM ranks at chance within every group. Steps hold
   different groups, so under chance their z are independent, and Stouffer's Z = Σ_s z_s / √S is ≈ N(0, 1)
   too: Z > z_{1−α} rejects chance at level α (`pooled_z`).
 

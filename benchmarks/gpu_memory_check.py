@@ -2,9 +2,9 @@
 
 Three steps, because the GPU machine has PyTorch, transformers and PEFT but neither veRL nor vLLM:
 
-    python benchmarks/gpu_memory_check.py plan --out PLAN.json       # here: veRL composes the seed recipes
-    python benchmarks/gpu_memory_check.py measure --plan PLAN.json --out MEASURED.json   # on the GPU
-    python benchmarks/gpu_memory_check.py compare --plan PLAN.json --measured MEASURED.json [--out TABLE.md]
+    python -m benchmarks.gpu_memory_check plan --out PLAN.json       # here: veRL composes the seed recipes
+    python -m benchmarks.gpu_memory_check measure --plan PLAN.json --out MEASURED.json   # on the GPU
+    python -m benchmarks.gpu_memory_check compare --plan PLAN.json --measured MEASURED.json [--out TABLE.md]
 
 * `plan` composes `+recipe=prime_lora` and `+recipe=prime_lora_colocated` over DeepSeek-R1-Distill-Qwen-1.5B's
   shape (its published `config.json`; no weights) exactly as the preflight does, and writes every trainer-GPU

@@ -15,7 +15,7 @@ estimator: `--recipes prime_lora_colocated,cpu` leaves it out), only the estimat
 * `oracle`            known credit instead of the PRM's: −1 on the first wrong step's tokens (`credit_controls`);
 * `prime_grpo_shuffled` the ungated PRM's rewards shuffled within each response (`credit_controls`).
 
-    python benchmarks/learning.py [--steps 15] [--seeds 0] [--estimators ...] [--layouts colocated split ...]
+    python -m benchmarks.learning [--steps 15] [--seeds 0] [--estimators ...] [--layouts colocated split ...]
                                   [--out benchmarks/out/learning]
 
 `--min-ops`/`--max-ops` change the task (and its warm start): longer chains have more steps that can go
@@ -45,9 +45,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from evidence import mean_ci95
-
-from verl_prime_lora.demo import chain_task
+from benchmarks import RUN_ENV
+from benchmarks.evidence import mean_ci95
+from verl_prime_lora.demo import warm_start
 from verl_prime_lora.demo.learning_run import (
     DEMO_RECIPES,
     ESTIMATORS,
@@ -61,7 +61,7 @@ from verl_prime_lora.demo.learning_run import (
 DEFAULT_ESTIMATORS = ["grpo", "prime_grpo", "prime_grpo_token", "prime_rloo"]
 # Arms whose token rewards are known rather than learned (`credit_controls`), on the ungated PRIME path: the PRM
 # still trains, and its rewards are replaced before the advantage.
-CONTROLS = str(Path(__file__).resolve().parent / "credit_controls.py")
+CONTROLS = "pkg://benchmarks.credit_controls"
 CREDIT_ARMS: dict[str, list[str]] = {
     "oracle": [
         *ESTIMATORS["prime_grpo_ungated"],
@@ -102,7 +102,7 @@ def main() -> int:
     if args.pool:
         return pool(args.pool, out)
 
-    assets = chain_task.write_warm_assets(out / "assets", seed=0, min_ops=args.min_ops, max_ops=args.max_ops)
+    assets = warm_start.write_warm_assets(out / "assets", seed=0, min_ops=args.min_ops, max_ops=args.max_ops)
     runs, summaries, by_label = [], [], {}
     for seed in args.seeds:
         for name in args.estimators:
@@ -124,6 +124,7 @@ def main() -> int:
                     seed=seed,
                     recipes=recipes,
                     estimator=ARMS[name],
+                    env=RUN_ENV,
                 )
                 run.name = f"{label} (seed {seed})" if len(args.seeds) > 1 else label
                 val = run.val_accuracy()

@@ -9,7 +9,7 @@ test against chance:
 * reported, not asserted: `prm_held_out`, Stouffer's Z of `prm/ranking_z_before` over steps 2..5 (the PRM's
   ranking of responses it has not trained on), shown against z_0.999 to say how far it is from an assertion.
 
-    python benchmarks/learning_assertions.py RUN [RUN ...]
+    python -m benchmarks.learning_assertions RUN [RUN ...]
 
 A RUN is a demo's `metrics.jsonl` (`OUT/run/metrics.jsonl` of `python -m verl_prime_lora.demo`) or a
 `learning.json` of benchmarks/learning.py (its PRIME runs). Runs that lack a series are skipped for that
@@ -27,13 +27,12 @@ import statistics
 from pathlib import Path
 from statistics import NormalDist
 
-from evidence import pooled_z, pooled_z_threshold, validation_rise_bound
-
+from benchmarks.evidence import pooled_z, pooled_z_threshold, validation_rise_bound
 from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
 STEPS = 5  # the demo test's run (tests/e2e/test_demo.py); a longer run's first STEPS steps are the same
 VALIDATED = (5,)  # its validations after step 0
-VALIDATION_PROBLEMS = 200  # the chain task's test split (chain_task.write_warm_assets' test_size)
+VALIDATION_PROBLEMS = 200  # the chain task's test split (warm_start.write_warm_assets' test_size)
 
 
 def load_runs(path: Path) -> list[tuple[str, dict[int, dict]]]:

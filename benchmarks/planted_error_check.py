@@ -16,8 +16,8 @@ model (transformers, fp32, CPU):
   whole response text so far (tokenization boundaries included): `planted_step_margin`. The same margin of "one too
   low" at the first `+` step of the problems without `+9` is the control: how confident the model is elsewhere.
 
-    python benchmarks/planted_error_check.py --assets benchmarks/out/planted_error/assets --out FILE.json
-    python benchmarks/planted_error_check.py --runs PLAN --out FILE.json   # a pilot's runs, step by step
+    python -m benchmarks.planted_error_check --assets benchmarks/out/planted_error/assets --out FILE.json
+    python -m benchmarks.planted_error_check --runs PLAN --out FILE.json   # a pilot's runs, step by step
 
 `--runs` tabulates, for each run of a `study.py` plan that has its file, every metric of `planted_error_task.METRICS`
 at each validated step, with the run's minutes from launch to its last step.
@@ -34,12 +34,13 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from planted_error_task import METRICS, PLANTED_WRONG, PLUS9_WRITTEN, planted_indicators, plus9_steps
-from step_credit import label_steps
-from study import metric_by_step, run_file, source_commit
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_prime_lora.demo.chain_task import Chain, accuracy, generate, prompt_text, writes_steps
+from benchmarks.planted_error_task import METRICS, PLANTED_WRONG, PLUS9_WRITTEN, planted_indicators, plus9_steps
+from benchmarks.step_credit import label_steps
+from benchmarks.study import metric_by_step, run_file, source_commit
+from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text, writes_steps
+from verl_prime_lora.demo.sft import generate
 
 SAMPLES = 8  # as `actor_rollout_ref.rollout.n` in the demo's settings
 BAND = (2, 6)  # right answers of 8 that the prompt filter's [0.2, 0.8] band keeps
@@ -213,7 +214,7 @@ def main() -> None:
     torch.set_num_threads(2)
     result = check(args.assets)
     record = {
-        "command": f"python benchmarks/planted_error_check.py --assets {args.assets} --out {args.out}",
+        "command": f"python -m benchmarks.planted_error_check --assets {args.assets} --out {args.out}",
         "commit": source_commit(),
         "started": started,
         "seconds": round(time.perf_counter() - clock, 1),

@@ -20,9 +20,8 @@ so no credit scheme has much to fix. Here the SFT data of `verl_prime_lora.demo.
   step never shows in greedy validation; with 20 % they all write the steps and 97 % of those to `+9` problems plant
   it (`benchmarks/results/planted_error/`).
 
-`write_planted_assets` builds it with chain_task's `write_warm_assets` (same files, same `warm_start.json`), with
-its split and SFT-stream builders swapped for the planted ones while it runs (`planted_builders`: chain_task has no
-parameter for them yet; the minimal hook is described there) and `planted_error.json` beside them.
+`write_planted_assets` builds it with the demo's `warm_start.write_warm_assets` (same files, same `warm_start.json`),
+given the planted split and SFT-stream builders, and writes `planted_error.json` beside them.
 
 The reward (`compute_score`, for every arm of the study) is `credit_controls.compute_score` with two changes: the
 first-error span is kept for wrong answers only (so the oracle's z is the outcome split, audit §3c.5), and four
@@ -31,27 +30,22 @@ indicators go to `reward_extra_info`, which veRL's validation logs as `val-aux/<
 one of them reads `x+9=x+8`), `acc_plus9` (and the answer is right). Each is 0 on the other problems, so a rate on
 the `+9` problems is a ratio of two logged means (`METRICS`).
 
-    python benchmarks/planted_error_task.py --out DIR      # build (or reuse) the warm start and data
+    python -m benchmarks.planted_error_task --out DIR      # build (or reuse) the warm start and data
 """
 
 import argparse
-import contextlib
 import functools
 import json
 import random
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # veRL loads this file by path: its neighbours by name
-
-import credit_controls  # noqa: E402
-from step_credit import label_steps  # noqa: E402
-
-from verl_prime_lora.demo import chain_task  # noqa: E402
-from verl_prime_lora.demo.chain_task import DATA_SOURCE, Chain  # noqa: E402
-from verl_prime_lora.demo.learning_run import ESTIMATORS  # noqa: E402
+from benchmarks import credit_controls
+from benchmarks.step_credit import label_steps
+from verl_prime_lora.demo import chain_task, warm_start
+from verl_prime_lora.demo.chain_task import DATA_SOURCE, Chain
+from verl_prime_lora.demo.learning_run import ESTIMATORS
 
 PLANTED_SHARE = 0.8  # probability that a worked solution's `+9` step is planted
 PLUS9_SHARE = 0.5  # share of RL train and test problems with exactly one `+9` step
@@ -149,23 +143,6 @@ def planted_splits(
     }
 
 
-@contextlib.contextmanager
-def planted_builders(planted_share: float, plus9_share: float):
-    """chain_task's `make_splits` and `sft_texts` replaced by `planted_splits` and `planted_sft_texts` while the
-    block runs (chain_task's `_build` looks both up when it runs), restored after it.
-
-    The hook chain_task lacks, and the minimal change that would replace this: `write_warm_assets(...,
-    splits=make_splits, texts=sft_texts)`, two builder parameters that `_build` calls instead of the module's
-    functions (and that a caller adds to the cache key)."""
-    originals = chain_task.make_splits, chain_task.sft_texts
-    chain_task.make_splits = functools.partial(planted_splits, share=plus9_share, source=originals[0])
-    chain_task.sft_texts = functools.partial(planted_sft_texts, share=planted_share, source=originals[1])
-    try:
-        yield
-    finally:
-        chain_task.make_splits, chain_task.sft_texts = originals
-
-
 def write_planted_assets(
     out: Path,
     seed: int = 0,
@@ -176,10 +153,10 @@ def write_planted_assets(
     skill_acc: float = SKILL_ACC,
     shortcut_share: float = SHORTCUT_SHARE,
 ) -> dict:
-    """Build (or reuse) the planted task under `out` with chain_task's `write_warm_assets` (its other settings at
-    their defaults) and `planted_builders`; returns its result. `out/planted_error.json` records the planted
-    settings and is written last: chain_task's cache key does not know them, so its stamp is dropped (a rebuild)
-    unless that file holds the same settings."""
+    """Build (or reuse) the planted task under `out` with the demo's `write_warm_assets` (its other settings at
+    their defaults) and the planted builders (`planted_splits`, `planted_sft_texts`); returns its result.
+    `out/planted_error.json` records the planted settings and is written last: the warm start's cache key does not
+    know them, so its stamp is dropped (a rebuild) unless that file holds the same settings."""
     out = Path(out)
     settings = {
         "seed": seed, "min_ops": min_ops, "max_ops": max_ops, "planted_share": planted_share,
@@ -189,11 +166,17 @@ def write_planted_assets(
     stamp = out / STAMP
     if not (stamp.is_file() and json.loads(stamp.read_text()) == settings):
         stamp.unlink(missing_ok=True)
-        (out / chain_task.STAMP).unlink(missing_ok=True)
-    with planted_builders(planted_share, plus9_share):
-        assets = chain_task.write_warm_assets(
-            out, seed=seed, skill_acc=skill_acc, shortcut_share=shortcut_share, min_ops=min_ops, max_ops=max_ops
-        )
+        (out / warm_start.STAMP).unlink(missing_ok=True)
+    assets = warm_start.write_warm_assets(
+        out,
+        seed=seed,
+        skill_acc=skill_acc,
+        shortcut_share=shortcut_share,
+        min_ops=min_ops,
+        max_ops=max_ops,
+        splits=functools.partial(planted_splits, share=plus9_share),
+        texts=functools.partial(planted_sft_texts, share=planted_share),
+    )
     stamp.write_text(json.dumps(settings, indent=1) + "\n")
     return assets
 
@@ -289,9 +272,11 @@ METRICS = {
 # the study's arms: every arm scores with `compute_score` above
 # ---------------------------------------------------------------------------------------------
 
-HERE = Path(__file__).resolve()
-CONTROLS = HERE.parent / "credit_controls.py"
-REWARD = [f"reward.custom_reward_function.path={HERE}", "reward.custom_reward_function.name=compute_score"]
+CONTROLS = "pkg://benchmarks.credit_controls"
+REWARD = [
+    "reward.custom_reward_function.path=pkg://benchmarks.planted_error_task",
+    "reward.custom_reward_function.name=compute_score",
+]
 
 
 def process_rewards(name: str) -> list[str]:

@@ -14,8 +14,8 @@ GPU — veRL's `perf/max_memory_allocated_gb` of the actor and of the PRM worker
 CPU — the peak summed RSS of the actor-pool processes (veRL's fused `WorkerDict` actor worker and the
 PRM's `TrainingWorker`s), sampled every 0.5 s.
 
-    python benchmarks/prime_step_time.py --steps 4                       # CPU: tiny model, written here
-    python benchmarks/prime_step_time.py --steps 6 --model /path/Qwen2.5-0.5B-Instruct \
+    python -m benchmarks.prime_step_time --steps 4                       # CPU: tiny model, written here
+    python -m benchmarks.prime_step_time --steps 6 --model /path/Qwen2.5-0.5B-Instruct \
         --train /path/train.parquet --val /path/test.parquet -- <extra overrides>
 
 On a shared machine run it under `flock` (it takes no lock itself). Runs are cleaned up by

@@ -1,7 +1,7 @@
 """Where does the implicit PRM put credit? Step-level localisation on chain arithmetic, from a demo run's checkpoints.
 
     python -m verl_prime_lora.demo --out demo_out -- trainer.save_freq=5      # a demo run that keeps checkpoints
-    python benchmarks/prm_credit.py demo_out [--out benchmarks/results/prm_credit]
+    python -m benchmarks.prm_credit demo_out [--out benchmarks/results/prm_credit]
 
 A run of `benchmarks/learning.py` (`OUT/<label>_seed<N>`, with `-- trainer.save_freq=...`) reads the same way:
 its assets are `OUT/assets`.
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import step_credit
 import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from benchmarks import step_credit
 from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text
 from verl_prime_lora.tools import checkpoints, export_adapter
 
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scratch.cleanup()
     summary = {
-        "command": "python benchmarks/prm_credit.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.prm_credit " + " ".join(argv if argv is not None else sys.argv[1:]),
         "run": str(args.run),  # as given: no path of the machine it ran on
         "settings": {**settings, "responses": args.responses, "samples": args.samples, "seed": args.seed},
         "results": results,

@@ -1,11 +1,11 @@
 """A soak: one long CPU PRIME run on the demo's task, killed twice and resumed, with what might grow recorded per step.
 
-    flock /tmp/heavy.lock nice -n 10 python benchmarks/soak.py --steps 300 --save-freq 25 --kill-during 110 220 \
+    flock /tmp/heavy.lock nice -n 10 python -m benchmarks.soak --steps 300 --save-freq 25 --kill-during 110 220 \
         --test-freq 100 --out benchmarks/out/soak --results benchmarks/results/soak/full_300steps
     # about an hour on 2 cores (8.3 s a step, ~2 min per launch's start-up); --assets DIR reuses a built warm start
-    python benchmarks/soak.py --analyse benchmarks/results/soak/full_300steps/soak.json [--warmup 20 ...]
+    python -m benchmarks.soak --analyse benchmarks/results/soak/full_300steps/soak.json [--warmup 20 ...]
 
-The run is the demo's (`verl_prime_lora.demo`): its warm-started tiny Qwen2 and data (`chain_task.write_warm_assets`,
+The run is the demo's (`verl_prime_lora.demo`): its warm-started tiny Qwen2 and data (`warm_start.write_warm_assets`,
 seed 0), its recipes and overrides (`learning_run.run_learning`: `DEMO_RECIPES`, `DEMO_OVERRIDES`, `prime_grpo`),
 with a checkpoint every `--save-freq` steps, `trainer.max_actor_ckpt_to_keep=--keep` (it bounds the PRM's
 checkpoints too: the PRM lies inside each `global_step_N` folder, removed with it; the plugin has no knob of its
@@ -28,7 +28,7 @@ step's line in veRL's file logger adds a reading, so each sample is keyed to the
 * bytes of the checkpoint folder (and its `global_step_N` count), of the segment's `main_ppo.log` (and per step),
   of veRL's metrics file and of the Ray session's log folder (per step).
 
-Analysis (pure functions below, `tests/test_soak.py`): per quantity the growth per 100 steps, an OLS slope with
+Analysis (pure functions below, `tests/lab/test_soak.py`): per quantity the growth per 100 steps, an OLS slope with
 segment intercepts (a process's memory restarts with each launch; the checkpoint folder, which outlives them, is
 fitted pooled), and its 95 % interval from an equal-weighted-cosine HAC variance with Student-t critical values
 (Lazarus, Lewis, Stock & Watson 2018: ν = ⌊0.4 T^{2/3}⌋ cosine terms; step times and memory are autocorrelated,
@@ -64,8 +64,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from evidence import t_quantile
-
+from benchmarks.evidence import t_quantile
 from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
 from verl_prime_lora.run_processes import RUN_MARKER, pids_with_marker, run_processes, signal_and_wait
 
@@ -896,7 +895,7 @@ def soak_overrides(args: argparse.Namespace, checkpoints: Path) -> list[str]:
 
 
 def run_soak(args: argparse.Namespace, command: str) -> dict:
-    from verl_prime_lora.demo import chain_task
+    from verl_prime_lora.demo import warm_start
     from verl_prime_lora.demo.learning_run import follow_metrics, run_learning
 
     out = args.out.resolve()
@@ -907,7 +906,7 @@ def run_soak(args: argparse.Namespace, command: str) -> dict:
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-    assets = chain_task.write_warm_assets((args.assets or out / "assets").resolve(), seed=args.seed)
+    assets = warm_start.write_warm_assets((args.assets or out / "assets").resolve(), seed=args.seed)
     started, cpu_at_start = time.monotonic(), sum(os.times()[:2])
     sampler = Sampler(args.poll, started, out / "samples.jsonl")
     sampler.start()
@@ -1076,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=None, help="soak.json, analysis, table, plot (default --out)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after --")
     args = parser.parse_args(argv)
-    command = "python benchmarks/soak.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.soak " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.analyse is not None:
         soak = json.loads(args.analyse.read_text())
         analysis = analyse(soak, args.warmup, args.resume_skip, args.window)

@@ -1,7 +1,7 @@
 """Step time of this project's CPU loop against TRL's `GRPOTrainer`, and PRIME's against GRPO's, in one invocation.
 
     pip install --no-deps --target .trl trl==1.16.0     # beside the venv, not in it (see below)
-    python benchmarks/step_time_vs_trl.py --trl-path .trl [--steps 6] [--repeats 3] [--out DIR]
+    python -m benchmarks.step_time_vs_trl --trl-path .trl [--steps 6] [--repeats 3] [--out DIR]
 
 TRL is not part of the tested set, and must not be importable by veRL's processes: veRL 0.9.1 imports
 `trl.AutoModelForCausalLMWithValueHead` whenever `trl` is installed, a class TRL 1.x no longer has, and every
@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo import chain_task, warm_start
 from verl_prime_lora.demo.learning_run import DEMO_OVERRIDES, ESTIMATORS, run_learning
 from verl_prime_lora.rewards.math_format import compute_score
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trl-only", action="store_true", help=argparse.SUPPRESS)  # the TRL side's own process
     args = parser.parse_args(argv)
     out = args.out.resolve()
-    assets = chain_task.write_warm_assets(out / "assets", seed=0)
+    assets = warm_start.write_warm_assets(out / "assets", seed=0)
     if args.trl_only:
         (out / "trl_steps.json").write_text(json.dumps(trl_steps(assets, args.steps, out)))
         return 0
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         each = ", ".join(f"{r['ratios'][name]:.2f}" for r in repeats)
         print(f"{name:<18} {value:.2f} (repeats: {each})")
     report = {
-        "command": "python benchmarks/step_time_vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.step_time_vs_trl " + " ".join(argv if argv is not None else sys.argv[1:]),
         "repeats": repeats,
         "median_ratios": median_ratios,
     }

@@ -16,7 +16,7 @@ pre-registration); `run` never starts it and `analyse` reads it from there.
 
 A plan for a lab task other than chain_task's names its module in `task` (`"module": "planted_error_task"`, a file of
 `benchmarks/`). The module supplies `write_assets(out, task)` (the warm start and data, instead of
-`chain_task.write_warm_assets`), `ARMS` (the arms' overrides when the plan has no `arms`) and `METRICS` (name ->
+`warm_start.write_warm_assets`), `ARMS` (the arms' overrides when the plan has no `arms`) and `METRICS` (name ->
 function of one logged step's metrics). Such a plan may then set, besides the keys above:
 
      "endpoint_metric": "planted_error_rate",   # the endpoint: mean over `endpoint_steps` of this metric, not accuracy
@@ -24,8 +24,8 @@ function of one logged step's metrics). Such a plan may then set, besides the ke
      "multiplicity": "holm",               # their permutation p's adjusted by Holm's step-down (or "bonferroni")
      "secondary_metrics": ["plus9_accuracy", "accuracy"]   # each arm's endpoint and every pair's test on these too
 
-    python benchmarks/study.py run PLAN [--work DIR] [--jobs N]   # every run not yet in, in the plan's order
-    python benchmarks/study.py analyse PLAN              # once every run is in: the test, written and printed
+    python -m benchmarks.study run PLAN [--work DIR] [--jobs N]   # every run not yet in, in the plan's order
+    python -m benchmarks.study analyse PLAN              # once every run is in: the test, written and printed
 
 `run` writes each finished run to `runs/<arm>_seed<seed>.json` beside the plan (its validation per step, its
 wall clock, its exit code, the commit it ran and when it started) and can be stopped and restarted: a run already
@@ -37,7 +37,7 @@ the last step below that at step 0), and for the primary pair the difference wit
 two-sided permutation p (`evidence`). A run that failed (exit code ≠ 0, or an endpoint
 evaluation missing) is reported and kept out, never rerun by hand.
 
-    python benchmarks/study.py mechanism PLAN [--learned-above X] [--baseline ARM]
+    python -m benchmarks.study mechanism PLAN [--learned-above X] [--baseline ARM]
 
 `mechanism` (not part of any registered test; also only once every run is in) prints, per arm, over the runs that
 exited 0: how many learned (a validation above X at one of the endpoint steps), the step time (the median over runs
@@ -59,10 +59,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from evidence import mean_ci95, permutation_p, welch_ci95
-from learning import ARMS
-
-from verl_prime_lora.demo import chain_task
+from benchmarks import RUN_ENV
+from benchmarks.evidence import mean_ci95, permutation_p, welch_ci95
+from benchmarks.learning import ARMS
+from verl_prime_lora.demo import warm_start
 from verl_prime_lora.demo.learning_run import run_learning
 
 
@@ -105,7 +105,7 @@ def primary_pairs(plan: dict) -> list[list[str]]:
 
 def lab_module(task: dict):
     """The lab task's module `task["module"]` (a file of `benchmarks/`), or None for chain_task's own task."""
-    return importlib.import_module(task["module"]) if "module" in task else None
+    return importlib.import_module(f"benchmarks.{task['module']}") if "module" in task else None
 
 
 def metric_by_step(record: dict, metric: str | None, task: dict) -> dict[int, float]:
@@ -135,7 +135,7 @@ def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
     arms = plan.get("arms", ARMS if lab is None else lab.ARMS)
     recipes = {"recipes": tuple(task["recipes"])} if "recipes" in task else {}
     if lab is None:
-        assets = chain_task.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
+        assets = warm_start.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
     else:
         assets = lab.write_assets(work / "assets", task)
     commit = source_commit()
@@ -153,6 +153,7 @@ def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
             overrides=list(task.get("overrides", [])),
             seed=seed,
             estimator=arms[arm],
+            env=RUN_ENV,
             **recipes,
         )
         path = run_file(plan_path, entry)

@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis.internal.conjecture import providers as hypothesis_providers
 from hypothesis.internal.constants_ast import Constants
 
-from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo import chain_task, sft, warm_start
 from verl_prime_lora.tools import tiny
 
 # Hypothesis draws the same examples on every run and every machine (derandomised: each test's examples follow from
@@ -36,20 +36,20 @@ def _published_warm_start(config) -> Path | None:
     runs without it: `-p no:cacheprovider`); keyed by the builder's source, so a changed builder is rebuilt."""
     if getattr(config, "cache", None) is None:
         return None
-    source = b"".join(Path(module.__file__).read_bytes() for module in (chain_task, tiny))
+    source = b"".join(Path(module.__file__).read_bytes() for module in (chain_task, sft, warm_start, tiny))
     return Path(config.cache.mkdir("warm_assets")) / hashlib.sha256(source).hexdigest()[:16]
 
 
 @pytest.fixture(scope="session")
 def warm_assets(request, tmp_path_factory) -> dict:
     """The main job's warm start and RL data, built in this session with the demo's arguments (seed 0, the
-    defaults): `chain_task.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the build
+    defaults): `warm_start.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the build
     printed). tests/test_chain_task.py checks the build, on the demo's xdist worker; the build is published for
     the demo and for later sessions (`published_warm_assets`)."""
     out = tmp_path_factory.mktemp("warm") / "assets"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        result = chain_task.write_warm_assets(out, seed=0)
+        result = warm_start.write_warm_assets(out, seed=0)
     published = _published_warm_start(request.config)
     if published is not None and not published.exists():
         staging = published.with_name(f"{published.name}.{os.getpid()}")

@@ -1,5 +1,6 @@
-"""verl_prime_lora.demo.chain_task: the chain-arithmetic task (grading with the project's reward, running totals,
-disjoint splits, seeding, veRL's row format) and the SFT warm start end to end (accuracy window, cache)."""
+"""verl_prime_lora.demo's chain_task, sft and warm_start: the chain-arithmetic task (grading with the project's
+reward, running totals, disjoint splits, seeding, veRL's row format) and the SFT warm start end to end (accuracy
+window, cache)."""
 
 import json
 import random
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 
 from verl_prime_lora.demo import chain_task as ct
+from verl_prime_lora.demo import sft, warm_start
 from verl_prime_lora.rewards.math_format import compute_score
 
 SIZES = {"sft_eval": 200, "test": 200, "train": 2000}
@@ -113,7 +115,7 @@ def test_sft_example_masks_the_prompt(splits):
 
     tokenizer = build_tokenizer(ct.tokenizer_corpus(splits["train"]), 512)
     chain = splits["train"][0]
-    example = ct.encode_example(tokenizer, chain, chain.solution)
+    example = sft.encode_example(tokenizer, chain, chain.solution)
     n_prompt = example["labels"].count(-100)
     prompt_ids = tokenizer(ct.prompt_text(tokenizer, chain), add_special_tokens=False)["input_ids"]
     assert example["input_ids"][:n_prompt] == prompt_ids
@@ -173,7 +175,7 @@ def test_warm_start_end_to_end_and_cache(warm_assets, capsys, monkeypatch):
     # what veRL and vLLM load from disk scores what the stop rule measured in memory
     sizes = {"sft_eval": stats["eval_size"], "test": stats["test_size"], "train": stats["train_size"]}
     held_out_chains = ct.make_splits(0, sizes)["sft_eval"]
-    held_out = ct.HeldOut(
+    held_out = sft.HeldOut(
         [ct.prompt_text(tokenizer, c) for c in held_out_chains],
         [c.answer for c in held_out_chains],
         stats["response_tokens_max"] + 8,
@@ -181,11 +183,11 @@ def test_warm_start_end_to_end_and_cache(warm_assets, capsys, monkeypatch):
     assert held_out.greedy_accuracy(model, tokenizer) == stats["greedy_acc"]
 
     printed = [line for line in result["printed"].splitlines() if line.startswith("sft ")]
-    assert len(printed) <= stats["sft_steps"] // ct.PRINT_EVERY + 2  # compact: not one line per check
+    assert len(printed) <= stats["sft_steps"] // sft.PRINT_EVERY + 2  # compact: not one line per check
     assert f"sft skill step {skill[-1]['step']:5d}" in "\n".join(printed)  # the stop is always shown
     assert f"sft habit step {habit[-1]['step']:5d}" in "\n".join(printed)
-    monkeypatch.setattr(ct, "train_warm_start", lambda *args: pytest.fail("trained again"))
-    again = ct.write_warm_assets(out, seed=0)
+    monkeypatch.setattr(warm_start, "train_warm_start", lambda *args: pytest.fail("trained again"))
+    again = warm_start.write_warm_assets(out, seed=0)
     assert again["stats"]["reused"]
     assert "reusing" in capsys.readouterr().out
     assert {k: v for k, v in again["stats"].items() if k != "reused"} == stats

@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 from verl_prime_lora.algo import core_algos as ca
+from verl_prime_lora.algo import groups
+from verl_prime_lora.algo import implicit_prm as iprm
 
 EPS = 1e-6
 
@@ -244,7 +246,7 @@ def test_rloo_process_term_is_order_z_at_any_length(L):
     """The paper's RLOO form sums β·q, so at equal lengths A^p[i,0] = z_i − mean_{j≠i} z_j (no L)."""
     z = [-3.0, -2.0, -1.0, 1.0, 2.0, 3.0]
     process, mask = spread(z, [L] * 6, L, torch.Generator().manual_seed(1))
-    gid = ca.group_ids(np.array(["q"] * 6, dtype=object), "cpu")
+    gid = groups.group_ids(np.array(["q"] * 6, dtype=object), "cpu")
     first = ca.rloo_process_advantage(process, mask, gid)[:, 0]
     expected = torch.tensor([v - (sum(z) - v) / 5 for v in z], dtype=torch.float64)
     torch.testing.assert_close(first, expected, rtol=1e-9, atol=1e-9)
@@ -261,7 +263,7 @@ def test_sequence_norm_first_token_is_length_free_and_ordered_like_z(z, lengths,
     in a group give it too (the baseline is spread over each response's own tokens)."""
     gen = torch.Generator().manual_seed(seed)
     index = np.array(["g"] * len(z), dtype=object)
-    gid = ca.group_ids(index, "cpu")
+    gid = groups.group_ids(index, "cpu")
     zt = torch.tensor(z, dtype=torch.float64)
     first = {}
     for L in lengths:
@@ -453,12 +455,12 @@ def test_implicit_rewards_and_sequence_logits():
     lp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]], dtype=torch.float64)
     lr = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]], dtype=torch.float64)
     m = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    r = ca.implicit_process_rewards(lp, lr, m, beta=0.05)
+    r = iprm.implicit_process_rewards(lp, lr, m, beta=0.05)
     torch.testing.assert_close(r, torch.tensor([[0.025, -0.05, 0.0], [0.025, 0.0, 0.0]], dtype=torch.float64))
     torch.testing.assert_close(
-        ca.prm_sequence_logits(lp, lr, m, 0.05), torch.tensor([-0.025, 0.025], dtype=torch.float64)
+        iprm.prm_sequence_logits(lp, lr, m, 0.05), torch.tensor([-0.025, 0.025], dtype=torch.float64)
     )
-    assert ca.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
+    assert iprm.implicit_process_rewards(lp.bfloat16(), lr.bfloat16(), m, 0.05).dtype == torch.float32
 
 
 def test_mean_token_log_ratio_and_the_length_term_of_a_uniform_shift():
@@ -466,12 +468,12 @@ def test_mean_token_log_ratio_and_the_length_term_of_a_uniform_shift():
     lr = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, -0.5, -1.0]], dtype=torch.float64)
     m = torch.tensor([[1, 1, 1], [1, 1, 0]])
     # q on the 5 masked tokens: 0.5, -1, 0, 0.5, 0 -> q̄ = 0
-    assert ca.mean_token_log_ratio(lp, lr, m).item() == pytest.approx(0.0)
+    assert iprm.mean_token_log_ratio(lp, lr, m).item() == pytest.approx(0.0)
     shifted = lp - 0.4  # the PRM lowered every token by 0.4: q̄ = -0.4
-    assert ca.mean_token_log_ratio(shifted, lr, m).item() == pytest.approx(-0.4)
+    assert iprm.mean_token_log_ratio(shifted, lr, m).item() == pytest.approx(-0.4)
     # the shift is a length term: z falls by β·0.4·L_i (L = 3, 2)
     torch.testing.assert_close(
-        ca.prm_sequence_logits(shifted, lr, m, 0.05) - ca.prm_sequence_logits(lp, lr, m, 0.05),
+        iprm.prm_sequence_logits(shifted, lr, m, 0.05) - iprm.prm_sequence_logits(lp, lr, m, 0.05),
         torch.tensor([-0.06, -0.04], dtype=torch.float64),
     )
 
@@ -485,14 +487,14 @@ def test_bce_loss_matches_formula_and_skips_empty_rows():
         for zi, yi in zip(z.tolist()[:2], y.tolist()[:2])
     ]
     per_row.append(40.0 + math.log1p(math.exp(-40.0)))  # −log(1 − σ(40)), exact in logits form
-    loss = ca.prm_bce_loss(z, y, m)
+    loss = iprm.prm_bce_loss(z, y, m)
     assert loss.item() == pytest.approx(sum(per_row) / 3, rel=1e-12)
-    assert ca.prm_bce_loss(z, y, m, reduction="sum").item() == pytest.approx(sum(per_row), rel=1e-12)
+    assert iprm.prm_bce_loss(z, y, m, reduction="sum").item() == pytest.approx(sum(per_row), rel=1e-12)
     loss.backward()
     assert z.grad[3] == 0 and torch.isfinite(z.grad).all()
-    assert ca.prm_bce_loss(z, y, torch.zeros_like(m)).item() == 0.0
+    assert iprm.prm_bce_loss(z, y, torch.zeros_like(m)).item() == 0.0
     with pytest.raises(ValueError, match="acc"):
-        ca.prm_bce_loss(z, torch.tensor([1.0, -1.0, 0.0, 1.0]), m)
+        iprm.prm_bce_loss(z, torch.tensor([1.0, -1.0, 0.0, 1.0]), m)
 
 
 def test_balanced_label_weights_by_hand():
@@ -500,17 +502,17 @@ def test_balanced_label_weights_by_hand():
     m = torch.tensor([[1], [1], [1], [1], [0]])  # last row: empty response (it counts nowhere)
     # 4 valid rows, 1 right and 3 wrong: right gets 4/(2·1) = 2, each wrong 4/(2·3) = 2/3
     torch.testing.assert_close(
-        ca.balanced_label_weights(y, m), torch.tensor([2, 2 / 3, 2 / 3, 2 / 3, 0], dtype=torch.float64)
+        iprm.balanced_label_weights(y, m), torch.tensor([2, 2 / 3, 2 / 3, 2 / 3, 0], dtype=torch.float64)
     )
     one_class = torch.zeros(5, dtype=torch.float64)
     torch.testing.assert_close(
-        ca.balanced_label_weights(one_class, m), torch.tensor([1, 1, 1, 1, 0], dtype=torch.float64)
+        iprm.balanced_label_weights(one_class, m), torch.tensor([1, 1, 1, 1, 0], dtype=torch.float64)
     )
     z = torch.tensor([0.5, -1.0, 2.0, 0.0, 3.0], dtype=torch.float64)
-    w = ca.balanced_label_weights(y, m)
+    w = iprm.balanced_label_weights(y, m)
     bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
     expected = (2 * bce[0] + 2 / 3 * (bce[1] + bce[2] + bce[3])) / 4
-    assert ca.prm_bce_loss(z, y, m, weights=w).item() == pytest.approx(expected.item(), rel=1e-12)
+    assert iprm.prm_bce_loss(z, y, m, weights=w).item() == pytest.approx(expected.item(), rel=1e-12)
 
 
 @settings(max_examples=50, deadline=None)
@@ -518,7 +520,7 @@ def test_balanced_label_weights_by_hand():
 def test_balanced_label_weights_give_both_classes_half(rows):
     y = torch.tensor([float(right) for right, _ in rows], dtype=torch.float64)
     m = torch.tensor([[int(valid)] for _, valid in rows])
-    w = ca.balanced_label_weights(y, m)
+    w = iprm.balanced_label_weights(y, m)
     valid = m[:, 0].bool()
     n = int(valid.sum())
     assert (w[~valid] == 0).all()
@@ -528,7 +530,7 @@ def test_balanced_label_weights_give_both_classes_half(rows):
         assert right == pytest.approx(wrong)
         # a shift of every z (what a base rate would ask for) has zero gradient at z = 0
         z = torch.zeros(len(rows), dtype=torch.float64, requires_grad=True)
-        ca.prm_bce_loss(z, y, m, weights=w).backward()
+        iprm.prm_bce_loss(z, y, m, weights=w).backward()
         assert z.grad.sum().item() == pytest.approx(0.0, abs=1e-12)
 
 
@@ -537,7 +539,7 @@ def test_bce_gradient_flows_to_prm_log_probs():
     lr = torch.randn(4, 5, dtype=torch.float64)
     m = torch.ones(4, 5)
     y = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
-    loss = ca.prm_bce_loss(ca.prm_sequence_logits(lp, lr, m, 0.05), y, m)
+    loss = iprm.prm_bce_loss(iprm.prm_sequence_logits(lp, lr, m, 0.05), y, m)
     loss.backward()
     z = (0.05 * (lp - lr).sum(-1)).detach()
     expected_row_grad = 0.05 * (torch.sigmoid(z) - y) / 4  # d mean-BCE / d lp[i,t]
@@ -548,7 +550,7 @@ def test_classification_accuracy():
     z = torch.tensor([1.0, -1.0, 2.0, -3.0, 5.0])
     y = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0])
     m = torch.tensor([[1], [1], [1], [1], [0]])
-    assert ca.prm_classification_accuracy(z, y, m).item() == pytest.approx(2 / 4)
+    assert iprm.prm_classification_accuracy(z, y, m).item() == pytest.approx(2 / 4)
 
 
 def ref_pairwise(z, y, index, valid, mixed_only=False):
@@ -579,7 +581,7 @@ def test_pairwise_accuracy_matches_reference(batch, tie, mixed_only):
     if tie:
         z = z.round()
     y = torch.randint(0, 2, (len(index),), generator=gen).to(torch.float64)
-    got = ca.prm_pairwise_accuracy(z, y, index, mask, mixed_only=mixed_only).item()
+    got = iprm.prm_pairwise_accuracy(z, y, index, mask, mixed_only=mixed_only).item()
     valid = (mask.sum(-1) > 0).tolist()
     assert got == pytest.approx(ref_pairwise(z.tolist(), y.tolist(), list(index), valid, mixed_only))
 
@@ -589,12 +591,12 @@ def test_pairwise_accuracy_perfect_and_inverted():
     y = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
     m = torch.ones(5, 2)
     z = torch.tensor([2.0, -1.0, 1.0, 0.3, 0.1])
-    assert ca.prm_pairwise_accuracy(z, y, index, m).item() == pytest.approx((1.0 + 0.5) / 2)
-    assert ca.prm_pairwise_accuracy(-z, y, index, m).item() == pytest.approx((0.0 + 0.5) / 2)
+    assert iprm.prm_pairwise_accuracy(z, y, index, m).item() == pytest.approx((1.0 + 0.5) / 2)
+    assert iprm.prm_pairwise_accuracy(-z, y, index, m).item() == pytest.approx((0.0 + 0.5) / 2)
     # over mixed groups only, the one-label group "b" does not pull the result towards 1/2
-    assert ca.prm_pairwise_accuracy(z, y, index, m, mixed_only=True).item() == pytest.approx(1.0)
-    assert ca.prm_pairwise_accuracy(-z, y, index, m, mixed_only=True).item() == pytest.approx(0.0)
-    assert ca.prm_pairwise_accuracy(z, torch.zeros(5), index, m, mixed_only=True).item() == 0.5  # no pair at all
+    assert iprm.prm_pairwise_accuracy(z, y, index, m, mixed_only=True).item() == pytest.approx(1.0)
+    assert iprm.prm_pairwise_accuracy(-z, y, index, m, mixed_only=True).item() == pytest.approx(0.0)
+    assert iprm.prm_pairwise_accuracy(z, torch.zeros(5), index, m, mixed_only=True).item() == 0.5  # no pair at all
 
 
 def ref_ranking_z(z, y, index, valid):
@@ -620,7 +622,7 @@ def test_ranking_z_matches_reference(batch, tie):
         z = z.round()
     y = torch.randint(0, 2, (len(index),), generator=gen).to(torch.float64)
     valid = (mask.sum(-1) > 0).tolist()
-    got = ca.prm_ranking_z(z, y, index, mask).item()
+    got = iprm.prm_ranking_z(z, y, index, mask).item()
     assert got == pytest.approx(ref_ranking_z(z.tolist(), y.tolist(), list(index), valid), abs=1e-12)
 
 
@@ -630,9 +632,9 @@ def test_ranking_z_of_a_perfect_ranking_and_of_chance():
     y = torch.tensor([1.0] * 4 + [0.0] * 4 + [1.0] * 3)  # group b holds one label: no pair
     z = torch.tensor([4.0, 3, 2, 1, 0, -1, -2, -3, 9, 9, 9], dtype=torch.float64)
     m = torch.ones(11, 3)
-    assert ca.prm_ranking_z(z, y, index, m).item() == pytest.approx(8 / 12**0.5)
-    assert ca.prm_ranking_z(-z, y, index, m).item() == pytest.approx(-8 / 12**0.5)
-    assert ca.prm_ranking_z(z, torch.ones(11), index, m).item() == 0.0
+    assert iprm.prm_ranking_z(z, y, index, m).item() == pytest.approx(8 / 12**0.5)
+    assert iprm.prm_ranking_z(-z, y, index, m).item() == pytest.approx(-8 / 12**0.5)
+    assert iprm.prm_ranking_z(z, torch.ones(11), index, m).item() == 0.0
     # random scores: Z over many batches of 16 groups of 8 is standard normal (mean 0, variance 1)
     gen = torch.Generator().manual_seed(0)
     index = np.repeat(np.arange(16), 8)
@@ -640,7 +642,7 @@ def test_ranking_z_of_a_perfect_ranking_and_of_chance():
     for _ in range(2000):
         labels = torch.randint(0, 2, (128,), generator=gen).double()
         draws.append(
-            ca.prm_ranking_z(
+            iprm.prm_ranking_z(
                 torch.randn(128, generator=gen, dtype=torch.float64), labels, index, m[:1].expand(128, 3)
             ).item()
         )
@@ -706,7 +708,7 @@ def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name
     ],
 )
 def test_group_ids_are_dense_for_any_hashable_uids(index, expected):
-    gid = ca.group_ids(index, "cpu")
+    gid = groups.group_ids(index, "cpu")
     assert gid.dtype == torch.long and gid.tolist() == expected
 
 

@@ -72,3 +72,15 @@ def test_no_import_circle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+def test_the_package_never_imports_the_lab():
+    """`benchmarks/` (the lab) stands above the package: no module of it imports the lab."""
+    lab = {path.stem for path in (PACKAGE.parent / "benchmarks").glob("*.py")} | {"benchmarks"}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name}: {name}" for name in names if name.split(".")[0] in lab]
+    assert not found, found

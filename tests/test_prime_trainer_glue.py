@@ -23,7 +23,7 @@ from tensordict import NonTensorData, TensorDict
 from verl.protocol import DataProto
 
 import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
-from verl_prime_lora.algo.core_algos import prm_bce_loss
+from verl_prime_lora.algo.implicit_prm import prm_bce_loss
 from verl_prime_lora.algo.prm_metrics import (
     advantage_part_metrics,
     prm_diagnostics,

@@ -21,7 +21,7 @@ from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManage
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 
 import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
-from verl_prime_lora.algo.core_algos import balanced_label_weights
+from verl_prime_lora.algo.implicit_prm import balanced_label_weights
 from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.config import prime_config, run_config

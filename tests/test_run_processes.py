@@ -101,6 +101,9 @@ def test_the_watcher_ends_a_run_whose_driver_is_terminated():
     )
     try:
         assert driver.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10  # a child in the middle of its exec may not be readable in /proc yet
+        while len(pids_with_marker(run_id)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(pids_with_marker(run_id)) == 3  # the driver and its two sleeps (the watcher is not marked)
         driver.terminate()
         driver.wait(timeout=10)

@@ -35,12 +35,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from benchmark_scripts import load_benchmark
 from wandb_offline import offline_run_file, read_offline_history
 
+from benchmarks import evidence
 from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
-evidence = load_benchmark("evidence")
 pooled_z, pooled_z_threshold = evidence.pooled_z, evidence.pooled_z_threshold
 validation_rise_bound = evidence.validation_rise_bound
 

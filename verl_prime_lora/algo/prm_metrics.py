@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from verl_prime_lora.algo.core_algos import (
+from verl_prime_lora.algo.core_algos import process_group_spread
+from verl_prime_lora.algo.implicit_prm import (
     implicit_process_rewards,
     mean_token_log_ratio,
     prm_bce_loss,
@@ -19,7 +20,6 @@ from verl_prime_lora.algo.core_algos import (
     prm_pairwise_accuracy,
     prm_ranking_z,
     prm_sequence_logits,
-    process_group_spread,
 )
 from verl_prime_lora.config.prime import AdvantageConfig
 
@@ -38,7 +38,7 @@ def prm_rewards_and_metrics(
     `dpo_acc_before` are measured on them: responses the PRM has not trained on); `prm_used`: the ones the
     rewards come from (after the update in `before` mode, the same tensor otherwise). `labelled` (B,): 0 for rows
     without a PRM label: they get process rewards but count in no metric.
-    `prm/ranking_z[_before]`: the ranking's distance from chance in standard errors (`core_algos.prm_ranking_z`).
+    `prm/ranking_z[_before]`: the ranking's distance from chance in standard errors (`implicit_prm.prm_ranking_z`).
     The loss and classification accuracy are measured against the PRM's `labels`; the rankings (`dpo_acc*`,
     `ranking_z*`) against `outcomes` (B,), the outcome accuracy (`step_rows.outcome_labels`; default `labels`).
     `update_metrics`: the PRM update's, logged as `prm/update_loss` (its mean BCE) and `prm/<name>`.

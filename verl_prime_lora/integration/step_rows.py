@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from verl_prime_lora.algo.core_algos import balanced_label_weights
+from verl_prime_lora.algo.implicit_prm import balanced_label_weights
 from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_ROW_FIELD, PRM_WEIGHT_FIELD
 from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
@@ -54,7 +54,7 @@ class StepRows:
     ) -> dict[str, torch.Tensor]:
         """The TransferQueue fields the PRM's loss reads (`prm_loss`), nested (B, T_i): log π_ref, and per response
         token its row's label acc_i and loss weight w_i: 1 on a labelled row and 0 on the others, or with
-        `balance_labels` n/(2·n_c) on a labelled row of class c (`core_algos.balanced_label_weights`); with
+        `balance_labels` n/(2·n_c) on a labelled row of class c (`implicit_prm.balanced_label_weights`); with
         `with_row_index` the row's index in the batch too (to place the log-probs the update captures)."""
         if balance_labels:
             weights = balanced_label_weights(self.labels, self.labelled[:, None])

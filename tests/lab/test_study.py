@@ -3,12 +3,9 @@
 import json
 
 import pytest
-from benchmark_scripts import load_benchmark
 
+from benchmarks import evidence, study
 from verl_prime_lora.demo.learning_run import LearningRun
-
-study = load_benchmark("study")
-evidence = load_benchmark("evidence")
 
 PLAN = {
     "task": {"min_ops": 5, "max_ops": 7, "steps": 8, "test_freq": 2, "overrides": ["data.max_response_length=96"]},
@@ -39,15 +36,16 @@ def calls(monkeypatch):
     """The (arm, seed) of each run started, with `run_learning` and the warm start faked."""
     started = []
 
-    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator):
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env):
         started.append((arm, seed))
+        assert env == study.RUN_ENV  # the lab's modules importable in the run's processes
         assert (steps, test_freq, overrides) == (8, 2, ["data.max_response_length=96"])
         assert estimator == study.ARMS[arm]
         failed = (arm, seed) == ("grpo", 3)
         return fake_run(arm, seed, 0.4 if arm == "grpo" else 0.5, returncode=1 if failed else 0)
 
     monkeypatch.setattr(study, "run_learning", run_learning)
-    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {"out": out, **kwargs})
+    monkeypatch.setattr(study.warm_start, "write_warm_assets", lambda out, **kwargs: {"out": out, **kwargs})
     return started
 
 
@@ -129,12 +127,12 @@ def test_a_plan_names_its_arms_and_recipes_and_runs_two_at_once(plan_path, monke
     plan_path.write_text(json.dumps(plan))
     seen = []
 
-    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, recipes):
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env, recipes):
         seen.append((arm, seed, tuple(estimator), recipes))
         return fake_run(arm, seed, 0.4)
 
     monkeypatch.setattr(study, "run_learning", run_learning)
-    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {})
+    monkeypatch.setattr(study.warm_start, "write_warm_assets", lambda out, **kwargs: {})
     assert study.run_all(plan_path, tmp_path / "work", jobs=2) == 0
     expected = {
         (e["arm"], e["seed"], ("a=1",) if e["arm"] == "grpo" else ("b=2",), ("prime_lora_colocated", "cpu"))
@@ -159,14 +157,14 @@ def test_a_run_went_off_when_its_last_validation_is_below_its_first(val, returnc
 
 
 def test_the_analysis_counts_the_runs_that_went_off(plan_path, monkeypatch, tmp_path):
-    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator):
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env):
         run = fake_run(arm, seed, 0.4)
         if (arm, seed) == ("prime_grpo_ungated", 2):
             run.steps[8] = {next(iter(run.steps[0])): 0.1}
         return run
 
     monkeypatch.setattr(study, "run_learning", run_learning)
-    monkeypatch.setattr(study.chain_task, "write_warm_assets", lambda out, **kwargs: {})
+    monkeypatch.setattr(study.warm_start, "write_warm_assets", lambda out, **kwargs: {})
     study.run_all(plan_path, tmp_path / "work")
     arms = study.analyse(plan_path)["arms"]
     assert arms["prime_grpo_ungated"]["went_off"] == [2] and arms["grpo"]["went_off"] == []

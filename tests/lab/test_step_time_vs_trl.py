@@ -3,12 +3,12 @@
 import json
 
 import pytest
-from benchmark_scripts import load_benchmark
 
 
 def test_ratios_are_of_medians_after_the_first_step_per_repeat(monkeypatch, tmp_path):
-    bench = load_benchmark("step_time_vs_trl")
-    monkeypatch.setattr(bench.chain_task, "write_warm_assets", lambda out, seed: {"model": out})
+    from benchmarks import step_time_vs_trl as bench
+
+    monkeypatch.setattr(bench.warm_start, "write_warm_assets", lambda out, seed: {"model": out})
     trl = iter([[9.0, 1.0, 2.0, 3.0], [9.0, 2.0, 2.0, 2.0], [9.0, 4.0, 4.0, 4.0]])
     monkeypatch.setattr(bench, "trl_step_seconds", lambda assets, steps, out, trl_path: next(trl))
     step = {
@@ -43,7 +43,8 @@ def test_ratios_are_of_medians_after_the_first_step_per_repeat(monkeypatch, tmp_
 
 
 def test_both_sides_read_the_demo_setting():
-    bench = load_benchmark("step_time_vs_trl")
+    from benchmarks import step_time_vs_trl as bench
+
     assert bench.setting("data.train_batch_size") == "16" and bench.setting("actor_rollout_ref.rollout.n") == "8"
     assert bench.setting("data.max_response_length") == "64"
     assert "prompt_filter" not in bench.RECIPES  # the same prompts every step on both sides

@@ -3,11 +3,10 @@
 import random
 
 import pytest
-from benchmark_scripts import load_benchmark
 
+from benchmarks import step_credit
 from verl_prime_lora.demo.chain_task import Chain
 
-step_credit = load_benchmark("step_credit")
 bootstrap_ci, hit, label_steps = step_credit.bootstrap_ci, step_credit.hit, step_credit.label_steps
 localisation, pair_wins = step_credit.localisation, step_credit.pair_wins
 sequence_auc, step_rewards = step_credit.sequence_auc, step_credit.step_rewards

@@ -7,18 +7,17 @@ import subprocess
 import sys
 
 import pytest
-from benchmark_scripts import BENCHMARKS, load_benchmark
 
 from verl_prime_lora.preflight import memory as mem
 from verl_prime_lora.preflight import model_shape
 from verl_prime_lora.preflight.model_shape import R1_DISTILL_QWEN_1_5B_CONFIG
 
-SCRIPT = BENCHMARKS / "gpu_memory_check.py"
-
 
 @pytest.fixture(scope="module")
 def gmc():
-    return load_benchmark("gpu_memory_check")
+    from benchmarks import gpu_memory_check
+
+    return gpu_memory_check
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,7 @@ def test_measure_and_compare_run_on_a_shrunken_plan(gmc, seed_plan, tmp_path):
     plan_path.write_text(json.dumps(tiny))
     measured = tmp_path / "measured.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(SCRIPT), "measure", "--plan", str(plan_path), "--out", str(measured), "--device", "cpu"]
+    cmd = [sys.executable, gmc.__file__, "measure", "--plan", str(plan_path), "--out", str(measured), "--device", "cpu"]
     subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
     got = {e["name"]: e for e in json.loads(measured.read_text())["engines"]}
     assert all("error" not in e for e in got.values()), got

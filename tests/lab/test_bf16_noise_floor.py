@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
-from benchmark_scripts import load_benchmark
 
-noise = load_benchmark("bf16_log_ratio_noise")
+from benchmarks import bf16_log_ratio_noise as noise
+
 TINY = {
     "vocab_size": 96,
     "hidden_size": 32,

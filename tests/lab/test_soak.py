@@ -13,9 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from benchmark_scripts import load_benchmark
 
-soak = load_benchmark("soak")
+from benchmarks import soak
 
 
 def ar1(n: int, phi: float, rng: random.Random, sd: float = 1.0) -> list[float]:
@@ -449,10 +448,10 @@ def fake_run_learning(name, assets, workdir, steps, test_freq, overrides, seed, 
 
 
 def test_the_soak_kills_mid_step_resumes_from_the_checkpoint_and_reports(tmp_path, monkeypatch):
-    from verl_prime_lora.demo import chain_task, learning_run
+    from verl_prime_lora.demo import learning_run, warm_start
 
     monkeypatch.setattr(learning_run, "run_learning", fake_run_learning)
-    monkeypatch.setattr(chain_task, "write_warm_assets", lambda out, seed: {"model": out})
+    monkeypatch.setattr(warm_start, "write_warm_assets", lambda out, seed: {"model": out})
     monkeypatch.setattr(soak, "FOLLOW_POLL_S", 0.02)
     out, results = tmp_path / "out", tmp_path / "results"
     argv = ["--steps", "12", "--save-freq", "3", "--kill-during", "8", "--test-freq", "6", "--poll", "0.05"]

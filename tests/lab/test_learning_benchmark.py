@@ -3,18 +3,18 @@
 import json
 
 import pytest
-from benchmark_scripts import load_benchmark
 
+from benchmarks.evidence import mean_ci95
 from verl_prime_lora.demo.learning_run import LAYOUTS, LearningRun
-
-mean_ci95 = load_benchmark("evidence").mean_ci95
 
 VAL = "val-core/chain_arithmetic/acc/mean@1"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("learning")
+    from benchmarks import learning
+
+    return learning
 
 
 def _run(name: str, accuracies: dict[int, float], seconds_per_step: float) -> LearningRun:

@@ -8,14 +8,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from benchmark_scripts import load_benchmark
 
 from verl_prime_lora.run_processes import RUN_MARKER
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("prime_step_time")
+    from benchmarks import prime_step_time
+
+    return prime_step_time
 
 
 def _step(step, old, update, **prm):

@@ -6,9 +6,9 @@ import random
 import statistics
 
 import pytest
-from benchmark_scripts import load_benchmark
 
-evidence = load_benchmark("evidence")
+from benchmarks import evidence
+
 mean_ci95, pooled_z = evidence.mean_ci95, evidence.pooled_z
 pooled_z_threshold, validation_rise_bound = evidence.pooled_z_threshold, evidence.validation_rise_bound
 

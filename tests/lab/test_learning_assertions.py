@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from benchmark_scripts import load_benchmark
 
-evidence = load_benchmark("evidence")
+from benchmarks import evidence
+
 pooled_z, validation_rise_bound = evidence.pooled_z, evidence.validation_rise_bound
 
 VAL = "val-core/chain_arithmetic/acc/mean@1"
@@ -13,7 +13,9 @@ VAL = "val-core/chain_arithmetic/acc/mean@1"
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("learning_assertions")
+    from benchmarks import learning_assertions
+
+    return learning_assertions
 
 
 def test_a_demo_metrics_file_gives_the_three_statistics(bench, tmp_path):

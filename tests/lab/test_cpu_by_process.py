@@ -1,11 +1,11 @@
 """benchmarks/cpu_by_process.py: CPU per step by process, from two readings of the run's processes."""
 
 import pytest
-from benchmark_scripts import load_benchmark
 
 
 def test_per_step_is_the_difference_over_the_steps_between_largest_first():
-    bench = load_benchmark("cpu_by_process")
+    from benchmarks import cpu_by_process as bench
+
     before = {"ray::WorkerDict": 10.0, "VLLM::Worker": 5.0, "ray::IDLE": 1.0}
     after = {"ray::WorkerDict": 16.0, "VLLM::Worker": 14.0, "ray::IDLE": 1.0, "ray::Late": 3.0}
     rates = bench.per_step(before, after, steps=3)
@@ -14,7 +14,8 @@ def test_per_step_is_the_difference_over_the_steps_between_largest_first():
 
 
 def test_the_run_is_the_benchmark_setting_and_the_step_window_is_checked(tmp_path):
-    bench = load_benchmark("cpu_by_process")
+    from benchmarks import cpu_by_process as bench
+
     assert "prompt_filter" not in bench.RECIPES and "grpo" in bench.PROJECT_RUNS
     with pytest.raises(SystemExit):
         bench.main(["--steps", "5", "--from-step", "4", "--to-step", "4", "--out", str(tmp_path)])

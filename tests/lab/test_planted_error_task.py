@@ -10,19 +10,16 @@ import random
 import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
-from benchmark_scripts import load_benchmark
 
+from benchmarks import credit_controls as controls
+from benchmarks import evidence, step_credit, study
+from benchmarks import planted_error_task as task
 from verl_prime_lora.demo import chain_task as ct
 from verl_prime_lora.demo.learning_run import LearningRun
-
-task = load_benchmark("planted_error_task")
-controls = load_benchmark("credit_controls")
-study = load_benchmark("study")
-evidence = load_benchmark("evidence")
-step_credit = load_benchmark("step_credit")
 
 SIZES = {"sft_eval": 200, "test": 200, "train": 2000}
 CHAIN = ct.Chain.from_question("7+9-5+9-3")  # 7+9=16, 16-5=11, 11+9=20, 20-3=17
@@ -133,32 +130,27 @@ def test_balanced_needs_enough_of_each_kind():
         task.balanced([CHAIN.__class__.from_question("1+2+3+4+5")] * 4, 4)
 
 
-def test_the_builders_are_swapped_only_inside_the_block():
-    originals = ct.make_splits, ct.sft_texts
-    with pytest.raises(RuntimeError), task.planted_builders(0.8, 0.5):
-        assert ct.make_splits(0, SIZES, 5, 7)["test"] == task.planted_splits(0, SIZES, 5, 7)["test"]
-        raise RuntimeError
-    assert (ct.make_splits, ct.sft_texts) == originals
-
-
 def test_write_planted_assets_rebuilds_unless_its_settings_match(tmp_path, monkeypatch):
     built = []
 
-    def fake(out, **kwargs):
-        built.append(kwargs)
-        assert ct.make_splits(0, SIZES, 5, 7)["test"] == task.planted_splits(0, SIZES, 5, 7)["test"]
-        stamp = out / ct.STAMP
+    def fake(out, splits, texts, **kwargs):
+        built.append({**kwargs, "planted_share": texts.keywords["share"]})
+        assert splits(0, SIZES, 5, 7)["test"] == task.planted_splits(0, SIZES, 5, 7, share=0.5)["test"]
+        assert splits(0, SIZES, 5, 7)["test"] != ct.make_splits(0, SIZES, 5, 7)["test"]
+        assert texts.func is task.planted_sft_texts
+        stamp = out / task.warm_start.STAMP
         reused = stamp.exists()
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text("key")
         return {"reused": reused}
 
-    monkeypatch.setattr(task.chain_task, "write_warm_assets", fake)
+    monkeypatch.setattr(task.warm_start, "write_warm_assets", fake)
     assert task.write_planted_assets(tmp_path) == {"reused": False}
-    assert built[0] == {"seed": 0, "skill_acc": 0.55, "shortcut_share": 0.2, "min_ops": 5, "max_ops": 7}
+    settings = {"seed": 0, "skill_acc": 0.55, "shortcut_share": 0.2, "min_ops": 5, "max_ops": 7}
+    assert built[0] == {**settings, "planted_share": 0.8}
     assert task.write_planted_assets(tmp_path) == {"reused": True}
-    assert task.write_planted_assets(tmp_path, planted_share=0.7) == {"reused": False}  # chain_task's key misses it
-    assert json.loads((tmp_path / task.STAMP).read_text())["planted_share"] == 0.7
+    assert task.write_planted_assets(tmp_path, planted_share=0.7) == {"reused": False}  # the warm start's key misses it
+    assert json.loads((tmp_path / task.STAMP).read_text())["planted_share"] == built[-1]["planted_share"] == 0.7
 
 
 @pytest.mark.parametrize(
@@ -249,7 +241,7 @@ def test_the_metrics_read_rates_on_each_half_from_the_logged_means(splits):
 
 def test_every_arm_scores_with_the_planted_reward_and_names_functions_that_exist():
     for arm, overrides in task.ARMS.items():
-        assert overrides.count(f"reward.custom_reward_function.path={task.HERE}") == 1, arm
+        assert overrides.count("reward.custom_reward_function.path=pkg://benchmarks.planted_error_task") == 1, arm
         for override in overrides:
             key, _, value = override.partition("=")
             if key == "prime.process_rewards_fn.name":
@@ -294,7 +286,7 @@ def lab(monkeypatch, tmp_path):
     module.ARMS = {arm: [f"arm={arm}"] for arm in ("a", "b", "c", "d")}
     module.METRICS = {"halved": lambda row: row["x"] / 2 if "x" in row else None}
     module.write_assets = lambda out, task: {"out": out, "module": task["module"]}
-    monkeypatch.setitem(sys.modules, "fake_lab", module)
+    monkeypatch.setitem(sys.modules, "benchmarks.fake_lab", module)
     return module
 
 
@@ -313,7 +305,7 @@ def test_a_lab_plan_builds_its_assets_runs_its_arms_and_tests_its_metric(lab, mo
     path.write_text(json.dumps(plan))
     level = {"a": 0.2, "b": 0.6, "c": 0.4, "d": 0.41}
 
-    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator):
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env):
         assert assets == {"out": tmp_path / "work" / "assets", "module": "fake_lab"} and estimator == [f"arm={arm}"]
         run = LearningRun(name=arm, returncode=0, log=None)
         for step in (0, 2, 4):
@@ -348,7 +340,8 @@ def test_a_run_without_the_metric_at_an_endpoint_step_has_no_endpoint(lab):
 def test_the_pilot_table_reads_each_runs_metrics_by_step(tmp_path):
     """`planted_error_check.runs_table`: per run that has its file, each metric at each validated step and the
     minutes to the last step; a planned run without its file is skipped."""
-    check = load_benchmark("planted_error_check")
+    from benchmarks import planted_error_check as check
+
     plan = {"task": {"module": "planted_error_task"}, "runs": [{"arm": "grpo", "seed": 0}, {"arm": "grpo", "seed": 1}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
@@ -364,19 +357,32 @@ def test_the_pilot_table_reads_each_runs_metrics_by_step(tmp_path):
     assert row["by_step"]["other_accuracy"] == {0: 0.5} and row["by_step"]["planted_given_written"] == {0: 0.5}
 
 
-def test_verl_loads_the_reward_and_the_controls_by_path():
-    """veRL's loader runs a file by path without registering it in `sys.modules`; a dataclass under
-    `from __future__ import annotations` breaks there (its first pilot runs died at start-up that way)."""
+def test_verl_loads_the_reward_and_the_controls_the_arms_name(tmp_path):
+    """The arms name the reward and the controls as modules of the lab (`pkg://benchmarks.<module>`); veRL's loader
+    finds both, and so does a process started elsewhere with the runs' environment (`benchmarks.RUN_ENV`)."""
+    import os
+    import subprocess
+    import sys
+
     from verl.utils.import_utils import load_extern_object
 
-    reward = load_extern_object(str(task.HERE), "compute_score")
+    from benchmarks import RUN_ENV
+
+    path = next(o.split("=", 1)[1] for o in task.REWARD if o.startswith("reward.custom_reward_function.path="))
+    reward = load_extern_object(path, "compute_score")
     result = reward(ct.DATA_SOURCE, CHAIN.solution, CHAIN.answer, {"question": CHAIN.question})
     assert (result["acc"], result[task.PLUS9]) == (1.0, 1.0)
-    assert callable(load_extern_object(str(task.CONTROLS), "oracle_shuffled_rewards"))
+    assert callable(load_extern_object(task.CONTROLS, "oracle_shuffled_rewards"))
+    probe = f"from verl.utils.import_utils import load_extern_object as f; f({path!r}, 'compute_score')"
+    run = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env={**os.environ, **RUN_ENV}, capture_output=True
+    )
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
 
 
 def test_the_check_finds_where_the_oracle_blames():
-    check = load_benchmark("planted_error_check")
+    from benchmarks import planted_error_check as check
+
     planted = "<think>7+9=15, 15-5=10, 10+9=19, 19-3=16</think> \\boxed{16}"
     slipped_first = "<think>7+9=16, 16-5=12, 12+9=20, 20-3=17</think> \\boxed{17}"
     assert check.first_wrong_is_plus9(CHAIN, planted)
@@ -391,7 +397,7 @@ def test_the_check_finds_where_the_oracle_blames():
 def test_the_registered_plan_is_the_one_its_registration_describes():
     """benchmarks/results/planted_error/plan.json: 12 seeds (20-31) of the five arms, each seed's arms in the order
     `random.Random(20261205)` gives them, the task's planted settings pinned, the two primary contrasts with Holm."""
-    path = task.HERE.parent / "results" / "planted_error" / "plan.json"
+    path = Path(task.__file__).parent / "results" / "planted_error" / "plan.json"
     plan = json.loads(path.read_text())
     rng, expected = random.Random(20261205), []
     for seed in range(20, 32):

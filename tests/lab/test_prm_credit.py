@@ -6,7 +6,6 @@ import json
 import pandas as pd
 import pytest
 import torch
-from benchmark_scripts import load_benchmark
 from omegaconf import OmegaConf
 
 from verl_prime_lora.demo.chain_task import make_row, make_splits, tokenizer_corpus
@@ -37,7 +36,8 @@ def fake_run(tmp_path_factory):
 
 
 def test_the_credit_of_each_checkpoint_is_written(fake_run, tmp_path, monkeypatch):
-    bench = load_benchmark("prm_credit")
+    from benchmarks import prm_credit as bench
+
     monkeypatch.chdir(fake_run.parent)
     assert bench.main([fake_run.name, "--out", str(tmp_path), "--responses", "warm_start", "--samples", "2"]) == 0
     report = json.loads((tmp_path / "prm_credit.json").read_text())
@@ -67,7 +67,8 @@ def test_the_credit_of_each_checkpoint_is_written(fake_run, tmp_path, monkeypatc
 
 def test_token_log_probs_are_those_of_each_sequence_alone(fake_run):
     """Batched with right padding, each response token's log-prob equals a forward of its sequence alone."""
-    bench = load_benchmark("prm_credit")
+    from benchmarks import prm_credit as bench
+
     model = build_model(build_tokenizer(["12+3=15, 4-1=3"], 300), seed=0, initializer_range=0.5).eval()
     rows = [(None, [5, 6, 7], [8, 9]), (None, [5, 6], [10, 11, 12, 13])]
     batched = bench.token_log_probs(model, rows)
@@ -81,7 +82,8 @@ def test_token_log_probs_are_those_of_each_sequence_alone(fake_run):
 
 def test_a_learning_benchmark_run_reads_like_a_demo(fake_run, tmp_path):
     """benchmarks/learning.py keeps its runs in OUT/<label>_seed<N> (main_ppo's folder) beside OUT/assets."""
-    bench = load_benchmark("prm_credit")
+    from benchmarks import prm_credit as bench
+
     out = tmp_path / "learning_out"
     out.mkdir()
     (out / "assets").symlink_to(fake_run / "assets")

@@ -3,15 +3,14 @@ keeps each response's sum and values, and both reach the advantage by PRIME's pa
 
 import pytest
 import torch
-from benchmark_scripts import load_benchmark
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_prime_lora.algo.core_algos import group_ids, sequence_norm_process_advantage
+from benchmarks import credit_controls as controls
+from verl_prime_lora.algo.core_algos import sequence_norm_process_advantage
+from verl_prime_lora.algo.groups import group_ids
 from verl_prime_lora.demo.chain_task import Chain, make_splits, tokenizer_corpus
 from verl_prime_lora.tools.tiny import build_tokenizer
-
-controls = load_benchmark("credit_controls")
 
 CHAIN = Chain((7, 5, 3, 8), ("+", "-", "+"))  # 7+5=12, 12-3=9, 9+8=17
 RIGHT = CHAIN.solution
