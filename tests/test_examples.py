@@ -155,3 +155,8 @@ def test_extra_recipes_follow_the_scripts_own(tmp_path):
     overrides = launched_overrides("run_prime_lora_r1_distill_qwen_1.5b.sh", tmp_path, RECIPES="prompt_filter")
     assert overrides[0] == "+recipe=[prime_lora,prompt_filter]"
     assert compose_ppo(*overrides).trainer.v1.sampler.custom_sampler.name == "accuracy_band_replay_buffer"
+
+
+def test_the_readme_stays_short():
+    """The README is for a user's first hour (15 KiB at most); measurements and their history go to docs/."""
+    assert (Path(__file__).resolve().parents[1] / "README.md").stat().st_size <= 15 * 1024
