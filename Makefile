@@ -66,7 +66,7 @@ smoke: $(STAMP)
 test: lint
 	$(PY) -m pytest -q -m "not e2e" --ignore=tests/lab -n 2 --durations=30
 	$(PY) -m pytest -q tests/lab -n 2 --durations=10
-	$(PY) -m pytest -q -m e2e -n 2 --dist loadgroup --durations=30
+	$(PY) -m pytest -q -m e2e -n 2 --dist loadgroup --no-loadscope-reorder --durations=30
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

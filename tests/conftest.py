@@ -79,3 +79,22 @@ def _no_ray_cluster_to_join(request, monkeypatch):
     the same from their launcher (`cpu.launch.run_env_defaults`)."""
     if request.node.get_closest_marker("e2e") is None:
         monkeypatch.setenv("RAY_ADDRESS", "local")
+
+
+# The e2e tier's runs (xdist groups), longest first: `make test` hands them to its two workers in this order
+# (`--dist loadgroup --no-loadscope-reorder`), so that the last run to start is a short one and neither worker
+# waits long for the other at the end. By each run's time in one e2e tier, 2026-12-04 (the order only matters).
+E2E_RUNS_LONGEST_FIRST = (
+    "demo", "first", "rehearsal", "reward_failures", "split", "rank_pair", "frozen_reference", "plain_verl",
+    "inverted_prm", "shutdown",
+)  # fmt: skip
+
+
+def _e2e_run_rank(item) -> int:
+    order = E2E_RUNS_LONGEST_FIRST
+    groups = [mark.args[0] if mark.args else mark.kwargs.get("name") for mark in item.iter_markers("xdist_group")]
+    return next((order.index(group) for group in groups if group in order), len(order))
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=_e2e_run_rank)  # stable: a run's tests, and every other test, keep their order

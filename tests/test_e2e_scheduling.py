@@ -39,3 +39,18 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     workers = [json.loads(f.read_text()) for f in out.glob("*.json")]
     assert len(workers) == 6 and len(set(workers)) == 1, workers
+
+
+def test_every_e2e_run_has_its_place_in_the_longest_first_order():
+    """A new run left out of `conftest.E2E_RUNS_LONGEST_FIRST` would start last, whatever its length."""
+    import re
+    from pathlib import Path
+
+    from conftest import E2E_RUNS_LONGEST_FIRST
+
+    tests = Path(__file__).resolve().parent
+    sources = "".join(path.read_text() for path in [*tests.glob("e2e/test_*.py"), *tests.glob("test_*.py")])
+    groups = set(re.findall(r'xdist_group\("(\w+)"\)', sources)) - {"one_run"}  # one_run: this file's probe
+    (named,) = re.findall(r"xdist_group\(name\) for name in \(([^)]*)\)", sources)  # test_prime_e2e.py's runs
+    groups |= set(re.findall(r"\w+", named))
+    assert groups == set(E2E_RUNS_LONGEST_FIRST), sorted(groups)

@@ -91,6 +91,25 @@ CANARIES = [
         "whether the fused forward still reads self.lm_head.weight without calling the lm_head",
     ),
     Canary(
+        "verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.__init__",
+        "07bddaa3416b9684",
+        "verl_prime_lora/integration/patches.py: install_run_unique_colocated_ipc (wraps it)",
+        "self.zmq_handle is still ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{r}-rank-{k}.sock, named by the Ray "
+        "job id alone (if it is now unique per Ray cluster, drop patch 7: tests/test_colocated_ipc.py tells)",
+    ),
+    Canary(
+        "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.__init__",
+        "ae9f62d72952d155",
+        "verl_prime_lora/integration/patches.py: name_vllm_workers_ipc_by_run (wraps it)",
+        "it still sets VERL_RAY_JOB_ID in its own environment, before vLLM's worker processes start (launch_server)",
+    ),
+    Canary(
+        "verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._get_zmq_handle",
+        "18eaee9b5e5436fa",
+        "verl_prime_lora/integration/patches.py: name_vllm_workers_ipc_by_run",
+        "the receiver still names the socket from VERL_RAY_JOB_ID, as the sender does from the job id",
+    ),
+    Canary(
         f"{TB}._compute_old_log_prob",
         "44d291a7cc1930e9",
         "verl_prime_lora/config/run.py: reference_source; "

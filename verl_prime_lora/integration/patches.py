@@ -59,6 +59,16 @@ module is imported (`MODULE_PATCHES`, which also lists what each replaces), idem
    full lm_head per device during a step (0.47 GB in bf16 for the seed model) instead of a 1/N shard. The embedding
    stays a unit of its own.
 
+7. `install_run_unique_colocated_ipc` makes the socket of the colocated weight sync (actor -> vLLM,
+   `verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py`) unique per run. veRL names it
+   `/tmp/rl-colocate-zmq-{Ray job id}-replica-{r}-rank-{k}.sock`, on the sender's side in `ServerAdapter.__init__` and
+   on the receiver's (the vLLM worker) from `VERL_RAY_JOB_ID`, which `vLLMHttpServer.__init__` sets. But each
+   `main_ppo` starts a Ray cluster of its own, whose first job id is always `01000000`: two runs on one machine (two
+   single-GPU experiments on one node) name the same socket, the later sender removes the earlier's file and binds
+   it, and one run's weights go into the other's vLLM (found on CPU: a rank-16 LoRA sent into a rank-8 run's
+   engine; with equal shapes nothing would fail). Both sides get `{job id}-{node id}` instead (`run_ipc_tag`): the
+   node id is drawn at random for each Ray cluster, and the two sides of a colocated sync share a node.
+
 The warnings filter (`hide_missing_engine_warnings`): veRL's engine package warns once per process for every optional
 training backend it cannot import ("torchtitan engine is not available: ModuleNotFoundError(...)", likewise veomni,
 automodel, mindspeed, megatron; verl/workers/engine/__init__.py), five lines in every Ray worker. A Ray process
@@ -70,6 +80,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -307,6 +318,63 @@ def keep_untied_lm_head_in_root_unit(fsdp_utils) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 7. the colocated weight sync's socket, unique per run
+# ---------------------------------------------------------------------------------------------
+
+IPC_PREFIX = "rl-colocate-zmq-"  # veRL's socket name: /tmp/rl-colocate-zmq-{job id}-replica-{r}-rank-{k}.sock
+RECEIVER_JOB_ENV = "VERL_RAY_JOB_ID"  # read by veRL's vLLMColocateWorkerExtension._get_zmq_handle
+
+
+def run_ipc_tag() -> str:
+    """`{Ray job id}-{node id}`: the job id tells jobs of one Ray cluster apart, the node id (random per cluster)
+    clusters on one machine."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return f"{context.get_job_id()}-{context.get_node_id()[:16]}"
+
+
+def with_run_tag(handle: str, job_id: str, tag: str) -> str:
+    """veRL's socket `handle` for job `job_id`, named by `tag` instead."""
+    named = handle.replace(f"{IPC_PREFIX}{job_id}-", f"{IPC_PREFIX}{tag}-", 1)
+    if named == handle:
+        raise RuntimeError(f"verl-prime-lora: veRL's colocated weight-sync socket {handle!r} names no job {job_id}")
+    return named
+
+
+def install_run_unique_colocated_ipc(vllm_rollout) -> None:
+    """The sender's side: `ServerAdapter.zmq_handle`."""
+    ServerAdapter = vllm_rollout.ServerAdapter
+    original = ServerAdapter.__init__
+    if is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        import ray
+
+        self.zmq_handle = with_run_tag(self.zmq_handle, ray.get_runtime_context().get_job_id(), run_ipc_tag())
+
+    ServerAdapter.__init__ = mark(__init__)
+
+
+def name_vllm_workers_ipc_by_run(vllm_async_server) -> None:
+    """The receiver's side: the `VERL_RAY_JOB_ID` that vLLM's worker processes inherit and name the socket by."""
+    vLLMHttpServer = vllm_async_server.vLLMHttpServer
+    original = vLLMHttpServer.__init__
+    if is_patched(original):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        os.environ[RECEIVER_JOB_ENV] = run_ipc_tag()
+
+    vLLMHttpServer.__init__ = mark(__init__)
+
+
+# ---------------------------------------------------------------------------------------------
 # the warnings of veRL's engine package about backends it cannot import
 # ---------------------------------------------------------------------------------------------
 
@@ -337,6 +405,12 @@ MODULE_PATCHES = {
     ),
     "verl.trainer.ppo.v1.trainer_base": ModulePatch(publish_checkpoint_tracker_atomically, ("open",)),
     "verl.utils.fsdp_utils": ModulePatch(keep_untied_lm_head_in_root_unit, ("_select_fsdp2_wrap_targets",)),
+    "verl.workers.rollout.vllm_rollout.vllm_rollout": ModulePatch(
+        install_run_unique_colocated_ipc, ("ServerAdapter.__init__",)
+    ),
+    "verl.workers.rollout.vllm_rollout.vllm_async_server": ModulePatch(
+        name_vllm_workers_ipc_by_run, ("vLLMHttpServer.__init__",)
+    ),
 }
 
 
