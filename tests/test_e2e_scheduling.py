@@ -43,12 +43,19 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path):
 
 def test_every_e2e_run_has_its_place_in_the_longest_first_order():
     """A new run left out of `conftest.E2E_RUNS_LONGEST_FIRST` would start last, whatever its length."""
+    import ast
     import re
     from pathlib import Path
 
-    from conftest import E2E_RUNS_LONGEST_FIRST
-
     tests = Path(__file__).resolve().parent
+    # read from the file: under xdist the module name `conftest` may be tests/e2e's
+    tree = ast.parse((tests / "conftest.py").read_text())
+    (order,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "E2E_RUNS_LONGEST_FIRST"
+    ]
+    E2E_RUNS_LONGEST_FIRST = ast.literal_eval(order)
     sources = "".join(path.read_text() for path in [*tests.glob("e2e/test_*.py"), *tests.glob("test_*.py")])
     groups = set(re.findall(r'xdist_group\("(\w+)"\)', sources)) - {"one_run"}  # one_run: this file's probe
     (named,) = re.findall(r"xdist_group\(name\) for name in \(([^)]*)\)", sources)  # test_prime_e2e.py's runs
