@@ -17,7 +17,8 @@ import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from verl_prime_lora.config.verl_view import VerlView, key_of, verl_view
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView, verl_view
 
 PACKAGE = Path(__file__).resolve().parents[1] / "verl_prime_lora"
 CONFIG_LAYER = PACKAGE / "config"

@@ -22,7 +22,7 @@ from verl_prime_lora.checks.environment_checks import (
     WANDB_PROBE,
     check_environment,
 )
-from verl_prime_lora.config.prime import PrimeConfigError
+from verl_prime_lora.config.section import PrimeConfigError
 from verl_prime_lora.config.verl_view import verl_view
 
 SEED = ("+recipe=prime_lora", "actor_rollout_ref.model.path=/m")

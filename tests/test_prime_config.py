@@ -22,12 +22,11 @@ from verl_prime_lora.config.prime import (
     PROCESS_NORMS,
     AdvantageConfig,
     PrimeConfig,
-    PrimeConfigError,
     PrmConfig,
     ProcessRewardsFn,
     advantage_config,
-    config_value,
 )
+from verl_prime_lora.config.section import PrimeConfigError, config_value
 from verl_prime_lora.config.verl_view import verl_view
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")

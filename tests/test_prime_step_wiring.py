@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from verl_prime_lora.config import run_config
-from verl_prime_lora.config.prime import PrimeConfigError
 from verl_prime_lora.config.run import REF_FROZEN
+from verl_prime_lora.config.section import PrimeConfigError
 from verl_prime_lora.integration import prime_step as prime_step_module
 from verl_prime_lora.integration import trainer as trainer_module
 from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from verl_prime_lora.config import RunConfig, run_config
-from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig
+from verl_prime_lora.config.prime import PrmConfig
 from verl_prime_lora.config.run import (
     PRIME_ESTIMATORS,
     PRIME_TRAINERS,
@@ -41,7 +41,8 @@ from verl_prime_lora.config.run import (
     training_ranks,
     uses_reference_policy,
 )
-from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, verl_view
+from verl_prime_lora.config.section import PrimeConfigError, key_of
+from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, verl_view
 
 
 def estimator_takes_process_rewards(name: str) -> bool | None:

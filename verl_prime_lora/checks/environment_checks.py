@@ -38,9 +38,9 @@ import re
 import subprocess
 import sys
 
-from verl_prime_lora.config.prime import PrimeConfigError
 from verl_prime_lora.config.run import has_standalone_rollout, reward_pool_gpus, rollout_pool_gpus, training_ranks
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import PrimeConfigError, key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
 SDPA_OVERRIDES = (

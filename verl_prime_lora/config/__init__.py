@@ -1,6 +1,7 @@
 """The run's configuration, read once: every key the plugin reads, typed, in this package alone.
 
 * `prime`: the typed PRIME sections (`prime.*`, `algorithm.prime.*`), their defaults and checks;
+* `section`: the one typed-config mechanism (a section of the config as a frozen dataclass, its keys, its errors);
 * `verl_view`: every veRL key the plugin reads, as one typed, read-only view (`VerlView`);
 * `run`: what the configuration says about the run (a PRIME run?, ranks, pools, LoRA, the PRM's reference, the
   folder resumed), computed from the view.
@@ -19,14 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_prime_lora.config.prime import (
-    AdvantageConfig,
-    PrimeConfig,
-    PrimeConfigError,
-    ProcessRewardsFn,
-    advantage_config,
-    config_value,
-)
+from verl_prime_lora.config.prime import AdvantageConfig, PrimeConfig, ProcessRewardsFn, advantage_config
+from verl_prime_lora.config.section import PrimeConfigError, config_value, read_section
 from verl_prime_lora.config.verl_view import VerlView, verl_view
 
 
@@ -46,7 +41,7 @@ def prime_config(view: VerlView) -> PrimeConfig:
 
     A null `prime.prm.mini_batch_size` becomes the actor's `ppo_mini_batch_size`.
     """
-    prime = PrimeConfig.from_config(config_value(view.node, PrimeConfig.KEY))
+    prime = read_section(PrimeConfig, config_value(view.node, PrimeConfig.KEY))
     actor_mini = view.actor.ppo_mini_batch_size
     if prime.prm.mini_batch_size is None and actor_mini is not None:
         prime = dataclasses.replace(prime, prm=dataclasses.replace(prime.prm, mini_batch_size=int(actor_mini)))

@@ -15,25 +15,19 @@ the advantage estimators all read these objects instead of the raw config.
 The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them). `config.prime_config`
 builds `PrimeConfig` from a composed config's view (`config.run_config`: once per process, for the whole run).
 
-The sections follow veRL's `BaseConfig` pattern (verl/base_config.py): dataclasses whose fields hold
-the defaults, read-only once built, converted from the OmegaConf node the way veRL's
-`omega_conf_to_dataclass` does (an `OmegaConf.structured` schema merged with the node, so values
-are converted to the field types and keys the schema lacks are refused) and checked in
-`__post_init__`. They do not subclass `verl.base_config.BaseConfig`: importing it runs `verl/__init__`
-(Ray, torch, veRL's plugin loading), and `core_algos` and `prm_worker` import this module yet must
-import without veRL — veRL's plugin loader imports them while `verl` itself is half-initialised.
+They are `STRICT` sections of `config.section`, the mechanism the veRL view shares: dataclasses whose fields
+hold the defaults, read-only once built, converted from the node as veRL's `omega_conf_to_dataclass` converts (a
+key the class lacks is refused) and checked in `__post_init__`. They do not subclass veRL's `BaseConfig`: importing
+it runs `verl/__init__` (Ray, torch, veRL's plugin loading), and `core_algos` and `prm_worker` import this module
+yet must import without veRL, as veRL's plugin loader imports them while `verl` itself is half-initialised.
 Every error is a `PrimeConfigError` whose message starts with the full key (`prime.prm.update: …`).
 Nothing here imports veRL, torch or Ray.
 """
 
-import dataclasses
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from verl_prime_lora.config.section import Section, config_value, read_section
 
 UPDATE_MODES = ("before", "after", "none")  # prime.prm.update
 REFERENCE_TYPES = ("init", "policy")  # prime.prm.reference
@@ -44,96 +38,8 @@ FORBIDDEN_LABEL_KEYS = ("format", "score", "reward")
 PRM_VERL_SECTIONS = ("model", "engine", "optim", "checkpoint")
 
 
-class PrimeConfigError(ValueError):
-    """A PRIME config problem; the message starts with the offending key."""
-
-
-def config_value(config: Any, path: str, default: Any = None) -> Any:
-    """``config.<path>`` (dotted) for a DictConfig, dict or dataclass; ``default`` when absent, None or
-    missing (``???``)."""
-    if OmegaConf.is_config(config):
-        node = OmegaConf.select(config, path, default=None, throw_on_missing=False)
-        return default if node is None else node
-    node = config
-    for key in path.split("."):
-        if node is None:
-            return default
-        node = node.get(key) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, key, None)
-    return default if node is None else node
-
-
 @dataclass(frozen=True)
-class _Section:
-    """A typed config section: `KEY` is its path in the composed config, used in every error message."""
-
-    KEY: ClassVar[str] = ""
-    # sections of the node that other schemas type: skipped when converting, never refused
-    FOREIGN: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_config(cls, node: Any) -> "_Section":
-        """The section built from its config node (DictConfig or dict; None: every default).
-
-        Interpolations are resolved, values converted to the field types; an unknown key, a value of
-        the wrong type or one that fails `__post_init__` raises `PrimeConfigError` naming its key.
-        """
-        if isinstance(node, cls):
-            return node
-        if node is None:
-            return cls()
-        if not isinstance(node, Mapping):
-            raise PrimeConfigError(f"{cls.KEY}: is {node!r}; expected a mapping of its settings.")
-        names = {f.name for f in dataclasses.fields(cls)}
-        hints = typing.get_type_hints(cls)
-        values, nested = {}, {}
-        for key in node:
-            if key in cls.FOREIGN:
-                continue
-            full_key = f"{cls.KEY}.{key}"
-            if key not in names:
-                raise PrimeConfigError(f"{full_key}: is not a setting of {cls.KEY} (known: {sorted(names)}).")
-            try:
-                value = node[key]
-            except OmegaConfBaseException as err:
-                raise PrimeConfigError(f"{full_key}: {_first_line(err)}") from None
-            if isinstance(hints[key], type) and issubclass(hints[key], _Section):
-                nested[key] = hints[key].from_config(value)
-            else:
-                values[key] = value
-        try:
-            typed = OmegaConf.merge(OmegaConf.structured(cls), values)
-            converted = {key: typed[key] for key in values}
-        except OmegaConfBaseException as err:
-            name = getattr(err, "full_key", None)
-            if name not in values:
-                raise PrimeConfigError(f"{cls.KEY}: {_first_line(err)}") from None
-            raise PrimeConfigError(
-                f"{cls.KEY}.{name}: is {values[name]!r}; expected {_expected(hints[name])}."
-            ) from None
-        return cls(**converted, **nested)
-
-    def _fail(self, name: str, message: str) -> None:
-        raise PrimeConfigError(f"{self.KEY}.{name}: is {getattr(self, name)!r}; {message}")
-
-    def _set(self, name: str, value: Any) -> None:
-        """Normalises a field while `__post_init__` runs (the section is read-only afterwards)."""
-        object.__setattr__(self, name, value)
-
-
-def _first_line(err: Exception) -> str:
-    return (getattr(err, "msg", None) or str(err)).splitlines()[0]
-
-
-def _expected(hint: Any) -> str:
-    """What a field of type `hint` accepts, in words."""
-    args = typing.get_args(hint)
-    base = next(arg for arg in args if arg is not type(None)) if args else hint
-    words = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(base, str(base))
-    return words + (" or null" if type(None) in args else "")
-
-
-@dataclass(frozen=True)
-class PrmConfig(_Section):
+class PrmConfig(Section):
     """`prime.prm`: the implicit PRM, r_t = β·(log π_φ − log π_ref)(y_t), trained with BCE on the outcome label.
 
     Args:
@@ -161,6 +67,7 @@ class PrmConfig(_Section):
     """
 
     KEY: ClassVar[str] = "prime.prm"
+    STRICT: ClassVar[bool] = True
     FOREIGN: ClassVar[tuple[str, ...]] = PRM_VERL_SECTIONS
 
     beta: float = 0.05
@@ -207,7 +114,7 @@ class PrmConfig(_Section):
 
 
 @dataclass(frozen=True)
-class ProcessRewardsFn(_Section):
+class ProcessRewardsFn(Section):
     """`prime.process_rewards_fn`: a function that replaces the PRM's token rewards before the advantage.
 
     For studies of credit (an oracle that knows the wrong step, a shuffled control, an explicit PRM): the
@@ -225,13 +132,14 @@ class ProcessRewardsFn(_Section):
     """
 
     KEY: ClassVar[str] = "prime.process_rewards_fn"
+    STRICT: ClassVar[bool] = True
 
     path: Optional[str] = None
     name: str = "process_rewards"
 
 
 @dataclass(frozen=True)
-class PrimeConfig(_Section):
+class PrimeConfig(Section):
     """`prime`: the PRIME trainers' settings.
 
     Args:
@@ -250,6 +158,7 @@ class PrimeConfig(_Section):
     """
 
     KEY: ClassVar[str] = "prime"
+    STRICT: ClassVar[bool] = True
 
     max_failed_rollout_ratio: float = 0.0
     reward_timeout_s: Optional[float] = 120.0
@@ -270,7 +179,7 @@ class PrimeConfig(_Section):
 
 
 @dataclass(frozen=True)
-class AdvantageConfig(_Section):
+class AdvantageConfig(Section):
     """`algorithm.prime`: the PRIME advantage A = c_o·A^o + w·c_p·A^p (`core_algos`).
 
     Args:
@@ -289,6 +198,7 @@ class AdvantageConfig(_Section):
     """
 
     KEY: ClassVar[str] = "algorithm.prime"
+    STRICT: ClassVar[bool] = True
 
     outcome_coef: float = 1.0
     process_coef: float = 1.0
@@ -315,4 +225,4 @@ class AdvantageConfig(_Section):
 
 def advantage_config(algorithm_config: Any) -> AdvantageConfig:
     """The typed `algorithm.prime` of an algorithm config (DictConfig, dict, veRL's `AlgoConfig` or None)."""
-    return AdvantageConfig.from_config(config_value(algorithm_config, "prime"))
+    return read_section(AdvantageConfig, config_value(algorithm_config, "prime"))

@@ -18,7 +18,8 @@ import os
 from typing import Any
 
 from verl_prime_lora.config.prime import PrimeConfig, PrmConfig
-from verl_prime_lora.config.verl_view import ModelView, VerlView, key_of, raw_value, write
+from verl_prime_lora.config.section import key_of, write
+from verl_prime_lora.config.verl_view import ModelView, VerlView, raw_value
 
 # trainer.v1.trainer_mode names registered by verl_prime_lora.integration.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}

@@ -1,14 +1,12 @@
 """Every veRL key the plugin reads, as one typed, read-only view built once from the composed config.
 
 `verl_view(config)` reads the composed config (a DictConfig from Hydra, or a plain dict) into a `VerlView`:
-frozen dataclasses grouped as veRL groups its config (`trainer`, `data`, `actor`, `model`, `ref`, `rollout`,
-`algorithm`, `reward`, `ray`, `transfer_queue`, and `prm`, veRL's schemas under `prime.prm`). Each field is
-declared with its key (dotted, relative to its section's node: `key("log_prob_micro_batch_size_per_gpu")`) and the
-default veRL's code falls back on when the key is absent or null; an `int`, `float`, `bool` or `str` field holds its
-value converted to that type, an `Optional` or `Any` field the value as the config has it. A section built at a
-node records that node's key (`root`), so `key_of(view.rollout, "n")` is `actor_rollout_ref.rollout.n`: error
-messages name a key through it. A `node()` field holds the section's node itself, for veRL's own dataclass builders
-and functions that take the config, and for the few writes the plugin makes to it.
+sections of `config.section` grouped as veRL groups its config (`trainer`, `data`, `actor`, `model`, `ref`,
+`rollout`, `algorithm`, `reward`, `ray`, `transfer_queue`, and `prm`, veRL's schemas under `prime.prm`). Each field
+is declared with its key (dotted, relative to its section's node: `key("log_prob_micro_batch_size_per_gpu")`) and
+the default veRL's code falls back on when the key is absent or null. The sections are not strict: veRL owns
+these keys, and the view reads only those the plugin uses. A section records the key of the node it was read
+from, so `key_of(view.rollout, "n")` is `actor_rollout_ref.rollout.n`: error messages name a key through it.
 
 The `prime.*` and `algorithm.prime.*` settings are typed in `config.prime`, not here. Nothing here imports veRL,
 torch or Ray.
@@ -16,101 +14,14 @@ torch or Ray.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from omegaconf import OmegaConf, open_dict
-
-from verl_prime_lora.config.prime import PrimeConfigError, config_value
-
-_KEY = "key"
-
-
-def key(name: str, default: Any = None) -> Any:
-    """A field read at `name` (dotted, relative to its section's node); `default` when absent or null."""
-    return field(default=default, metadata={_KEY: name})
-
-
-def node() -> Any:
-    """A field holding its section's node as the config has it."""
-    return field(default=None, repr=False, compare=False, metadata={_KEY: ""})
-
-
-def _join(root: str, name: str) -> str:
-    return f"{root}.{name}" if root and name else root or name
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+from verl_prime_lora.config.section import Section, config_value, default_of, key, key_of, node, read_section
 
 
 @dataclass(frozen=True)
-class _View:
-    """A section of the view: `root` is the key of the node it was read from."""
-
-    root: str = field(default="", repr=False)
-
-
-def _convert(hint: Any, value: Any, full_key: str) -> Any:
-    """`value` as an `int`, `float`, `bool` or `str` field holds it (any other hint: unchanged)."""
-    if value is None or hint not in (int, float, bool, str):
-        return value
-    try:
-        return hint(value)
-    except (TypeError, ValueError):
-        raise PrimeConfigError(f"{full_key}: is {value!r}; expected {hint.__name__}.") from None
-
-
-def read_section(cls: type, section_node: Any, root: str = "") -> Any:
-    """The section `cls` read from `section_node` (DictConfig, dict, dataclass or None), whose key is `root`."""
-    hints = _hints(cls)
-    values = {}
-    for item in dataclasses.fields(cls):
-        if item.name == "root":
-            continue
-        name, hint = item.metadata[_KEY], hints[item.name]
-        if isinstance(hint, type) and issubclass(hint, _View):
-            values[item.name] = read_section(hint, config_value(section_node, name), _join(root, name))
-        elif not name:
-            values[item.name] = section_node
-        else:
-            values[item.name] = _convert(hint, config_value(section_node, name, item.default), _join(root, name))
-    return cls(root=root, **values)
-
-
-def key_of(where: Any, path: str) -> str:
-    """The full key of a field: `where` a section of the view (or the `VerlView` class), or a typed PRIME section
-    (`config.prime`, class or instance); `path` the field's name, dotted through nested sections
-    (`key_of(VerlView, "reward.custom_fn_path")` is `reward.custom_reward_function.path`)."""
-    cls = where if isinstance(where, type) else type(where)
-    *inner, name = path.split(".")
-    if hasattr(cls, "KEY"):
-        for part in inner:
-            cls = _hints(cls)[part]
-        if name not in {item.name for item in dataclasses.fields(cls)}:
-            raise KeyError(f"{cls.__name__} has no field {name!r}")
-        return f"{cls.KEY}.{name}"
-    full = getattr(where, "root", "")
-    for part in path.split("."):
-        item = next(item for item in dataclasses.fields(cls) if item.name == part)
-        full = _join(full, item.metadata[_KEY])
-        cls = _hints(cls)[part]
-    return full
-
-
-def write(section: Any, name: str, value: Any) -> None:
-    """Set the key of field `name` in the section's node (a DictConfig) to `value`, for veRL to read."""
-    item = next(item for item in dataclasses.fields(section) if item.name == name)
-    with open_dict(section.node):
-        OmegaConf.update(section.node, item.metadata[_KEY], value, merge=False)
-
-
-@dataclass(frozen=True)
-class EngineView(_View):
+class EngineView(Section):
     """An FSDP engine's section: `actor_rollout_ref.{actor,ref}.fsdp_config`, `prime.prm.engine`."""
 
     node: Any = node()
@@ -126,7 +37,7 @@ class EngineView(_View):
 
 
 @dataclass(frozen=True)
-class ModelView(_View):
+class ModelView(Section):
     """A model's section (veRL's `hf_model`): `actor_rollout_ref.model`, `prime.prm.model`."""
 
     node: Any = node()
@@ -148,7 +59,7 @@ class ModelView(_View):
 
 
 @dataclass(frozen=True)
-class TrainerView(_View):
+class TrainerView(Section):
     """`trainer`: the pools, the trainer mode, checkpoints, the V1 sampler."""
 
     node: Any = node()
@@ -170,7 +81,7 @@ class TrainerView(_View):
 
 
 @dataclass(frozen=True)
-class DataView(_View):
+class DataView(Section):
     """`data`: the batch, the sequence lengths, the data files."""
 
     train_batch_size: int = key("train_batch_size", 1)
@@ -183,7 +94,7 @@ class DataView(_View):
 
 
 @dataclass(frozen=True)
-class ActorView(_View):
+class ActorView(Section):
     """`actor_rollout_ref.actor`: the actor's update, its engine and its checkpoint."""
 
     strategy: str = key("strategy", "fsdp")
@@ -198,7 +109,7 @@ class ActorView(_View):
 
 
 @dataclass(frozen=True)
-class RefView(_View):
+class RefView(Section):
     """`actor_rollout_ref.ref`: veRL's reference worker."""
 
     engine: EngineView = key("fsdp_config")
@@ -208,7 +119,7 @@ class RefView(_View):
 
 
 @dataclass(frozen=True)
-class RolloutView(_View):
+class RolloutView(Section):
     """`actor_rollout_ref.rollout`: sampling, vLLM, its pool, the weight sync, the agent loops, old log-probs."""
 
     n: int = key("n", 1)
@@ -233,7 +144,7 @@ class RolloutView(_View):
 
 
 @dataclass(frozen=True)
-class AlgorithmView(_View):
+class AlgorithmView(Section):
     """`algorithm`: the estimator and what veRL does around it (KL in the reward, rollout correction)."""
 
     node: Any = node()
@@ -247,7 +158,7 @@ class AlgorithmView(_View):
 
 
 @dataclass(frozen=True)
-class RewardView(_View):
+class RewardView(Section):
     """`reward`: the reward function, the reward manager, the reward model and its pool."""
 
     custom_fn_path: Any = key("custom_reward_function.path")
@@ -261,7 +172,7 @@ class RewardView(_View):
 
 
 @dataclass(frozen=True)
-class RayView(_View):
+class RayView(Section):
     """`ray_kwargs.ray_init`: what `ray.init` is given."""
 
     num_cpus: Any = key("num_cpus")
@@ -271,7 +182,7 @@ class RayView(_View):
 
 
 @dataclass(frozen=True)
-class TransferQueueView(_View):
+class TransferQueueView(Section):
     """`transfer_queue`: the actors the TransferQueue holds."""
 
     enable: bool = key("enable", False)
@@ -280,7 +191,7 @@ class TransferQueueView(_View):
 
 
 @dataclass(frozen=True)
-class PrmView(_View):
+class PrmView(Section):
     """`prime.prm`'s veRL schemas (`config.prime.PRM_VERL_SECTIONS`): the PRM's model, engine and checkpoint."""
 
     node: Any = node()
@@ -290,7 +201,7 @@ class PrmView(_View):
 
 
 @dataclass(frozen=True)
-class VerlView(_View):
+class VerlView(Section):
     """The composed config's veRL keys, by section (see the module docstring); `node` is the config itself."""
 
     node: Any = node()
@@ -316,12 +227,7 @@ def verl_view(config: Any) -> VerlView:
 def raw_value(config: Any, path: str) -> Any:
     """The value of the view's field `path` (as `key_of` takes it) as the composed config has it, unconverted, or
     the field's default: for the keys read before a view is built."""
-    cls = VerlView
-    *inner, name = path.split(".")
-    for part in inner:
-        cls = _hints(cls)[part]
-    item = next(item for item in dataclasses.fields(cls) if item.name == name)
-    return config_value(config, key_of(VerlView, path), item.default)
+    return config_value(config, key_of(VerlView, path), default_of(VerlView, path))
 
 
 def algorithm_view(algorithm: Any) -> AlgorithmView:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from verl_prime_lora.checkpoint_folders import CHECKPOINT_TRACKER as TRACKER
 from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
-from verl_prime_lora.config.verl_view import TrainerView, write
+from verl_prime_lora.config.section import write
+from verl_prime_lora.config.verl_view import TrainerView
 
 
 class CheckpointSpaceError(OSError):

@@ -42,7 +42,7 @@ from verl_prime_lora.algo.prm_metrics import (
     prm_rewards_and_metrics,
     process_spread_metrics,
 )
-from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig, ProcessRewardsFn
+from verl_prime_lora.config.prime import PrmConfig, ProcessRewardsFn
 from verl_prime_lora.config.run import (
     PRM_TEMPERATURE,
     REF_ACTOR_BASE,
@@ -52,7 +52,8 @@ from verl_prime_lora.config.run import (
     reference_source,
     reward_function_name,
 )
-from verl_prime_lora.config.verl_view import AlgorithmView, key_of
+from verl_prime_lora.config.section import PrimeConfigError, key_of
+from verl_prime_lora.config.verl_view import AlgorithmView
 from verl_prime_lora.integration.advantage_writeback import (
     STEP_FIELDS,
     preprocess_rewards,

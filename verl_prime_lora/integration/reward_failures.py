@@ -54,7 +54,8 @@ from typing import Any
 from verl_prime_lora.config import prime_config
 from verl_prime_lora.config.prime import PrimeConfig
 from verl_prime_lora.config.run import MAX_RATIO_KEY, REWARD_FN_KEY, is_prime_trainer
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem
 

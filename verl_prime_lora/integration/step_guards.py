@@ -17,7 +17,8 @@ import math
 from typing import Any
 
 from verl_prime_lora.config.prime import PrmConfig
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 MAX_ROWS_NAMED = 8
 

@@ -42,8 +42,8 @@ from verl.utils.debug import marked_timer
 from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
 from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
 from verl_prime_lora.config import RunConfig
-from verl_prime_lora.config.prime import PrimeConfigError
 from verl_prime_lora.config.run import PRIME_TRAINERS, REF_FROZEN, resume_folder, reward_function_name
+from verl_prime_lora.config.section import PrimeConfigError
 from verl_prime_lora.integration.checkpoint_files import (
     checkpoints_to_keep,
     no_space_left,

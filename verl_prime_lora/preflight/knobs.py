@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from verl_prime_lora.config.verl_view import key_of
+from verl_prime_lora.config.section import key_of
 from verl_prime_lora.preflight.layout import Layout, layout_from_config
 from verl_prime_lora.preflight.model_shape import PreflightConfigError
 from verl_prime_lora.preflight.report import Report, estimate

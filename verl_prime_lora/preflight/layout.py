@@ -19,7 +19,7 @@ from typing import Any
 
 from verl_prime_lora.checks.config_checks import PRECISION_NAMES
 from verl_prime_lora.config import RunConfig, prime_config
-from verl_prime_lora.config.prime import PrimeConfigError, PrmConfig
+from verl_prime_lora.config.prime import PrmConfig
 from verl_prime_lora.config.run import (
     REF_FROZEN,
     actor_lora_rank,
@@ -29,7 +29,8 @@ from verl_prime_lora.config.run import (
     prm_is_lora,
     reference_source,
 )
-from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, key_of, verl_view
+from verl_prime_lora.config.section import PrimeConfigError, key_of
+from verl_prime_lora.config.verl_view import EngineView, ModelView, VerlView, verl_view
 from verl_prime_lora.preflight.memory import EngineSpec, RolloutSpec
 from verl_prime_lora.preflight.model_shape import ModelShape, PreflightConfigError, lora_targets
 

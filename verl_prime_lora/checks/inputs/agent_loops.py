@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 from verl_prime_lora.checks.inputs.data_files import data_entries
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.checks.inputs.model_folders import local_path
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 
 def _admits_list(hint: Any) -> bool:

@@ -20,7 +20,8 @@ from omegaconf import ListConfig
 
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.checks.inputs.model_folders import local_path
-from verl_prime_lora.config.verl_view import DataView, VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import DataView, VerlView
 
 DATA_SUFFIXES = (".parquet", ".json", ".jsonl")  # what RLHFDataset._read_files_and_tokenize accepts
 FIRST_ROWS = 4

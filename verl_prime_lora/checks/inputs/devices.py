@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.config.run import has_standalone_rollout, reward_pool_gpus, rollout_pool_gpus, training_ranks
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 # veRL 0.9.1: V1 ResourcePoolManager's max_colocate_count (single_controller/ray/base.py) and the
 # standalone rollout's (workers/rollout/replica.py): CPUs of each GPU's placement-group bundle.

@@ -18,7 +18,8 @@ from typing import Any
 
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.config.run import is_prime_trainer
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 # What transformers' from_pretrained loads weights from (an index names the shards).

@@ -37,7 +37,8 @@ from verl_prime_lora.checkpoint_folders import (
 )
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.config.run import is_prime_trainer, resume_folder, resume_from, training_ranks
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 
 logger = logging.getLogger(__name__)
 

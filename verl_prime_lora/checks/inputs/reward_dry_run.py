@@ -20,7 +20,8 @@ from verl_prime_lora.checks.inputs.data_files import rule_reward
 from verl_prime_lora.checks.inputs.errors import fail
 from verl_prime_lora.config import RunConfig
 from verl_prime_lora.config.run import MAX_RATIO_KEY, is_prime_trainer, reward_function_name
-from verl_prime_lora.config.verl_view import VerlView, key_of
+from verl_prime_lora.config.section import key_of
+from verl_prime_lora.config.verl_view import VerlView
 from verl_prime_lora.rewards.reward_values import label_quantity, value_problem
 
 # veRL's default scorer runs the response as code for these sources: no dry run of code here.
