@@ -61,7 +61,9 @@ from verl_prime_lora.demo.sft import (  # noqa: E402
 from verl_prime_lora.tools.tiny import build_model, build_tokenizer  # noqa: E402
 
 STAMP = ".chain_task.stamp"
-NUM_THREADS = 2
+# One torch thread: the SFT runs beside other work (the e2e tier launches main_ppo on the other core), where two
+# threads wait on each other; the weights are the same bytes (benchmarks/warm_start_threads.py, docs/benchmarks.md).
+NUM_THREADS = 1
 
 
 # ---------------------------------------------------------------------------------------------
