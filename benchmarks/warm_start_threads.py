@@ -55,6 +55,7 @@ def main() -> None:
     finally:
         for process in neighbours:
             process.terminate()
+            process.join()
     first = [build for build in builds if build["threads"] == builds[0]["threads"]]
     baseline = sum(build["seconds"] for build in first) / len(first)
     for build in builds:
