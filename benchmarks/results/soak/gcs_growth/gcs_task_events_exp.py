@@ -1,4 +1,5 @@
-"""Light experiment: does Ray's GCS grow per actor task (task-event store), and does a cap bound it?
+"""Light experiment: does Ray's GCS grow per actor task (task-event store), and does a cap bound it? The raylet's
+RSS is recorded beside it (added after the first four runs, whose files lack it).
 
 Mimics veRL 0.9.1's per-response Ray traffic in the agent loop (verl/workers/rollout/llm_server.py:70-88,150):
 an async worker actor calls `lb.acquire_server.remote()` (which returns `(server_id, server_handle)`, i.e. an
@@ -127,6 +128,7 @@ def main():
     )
     node = ray._private.worker._global_node
     gcs_pid = node.all_processes["gcs_server"][0].process.pid
+    raylet_pid = node.all_processes["raylet"][0].process.pid
     session_dir = node.get_session_dir_path()
     records = []
     try:
@@ -137,18 +139,18 @@ def main():
         ray.get([s.generate.remote("warm", [0]) for s in servers] + [lb.release_server.remote("0")])
         time.sleep(2)
         t0 = time.time()
-        records.append({"requests": 0, "t": 0.0, "gcs_rss_mb": rss_mb(gcs_pid)})
+        records.append({"requests": 0, "t": 0.0, "gcs_rss_mb": rss_mb(gcs_pid), "raylet_rss_mb": rss_mb(raylet_pid)})
         done = 0
         while done < REQUESTS:
             n = min(BATCH, REQUESTS - done)
             ray.get(worker.run.remote(done, n))
             done += n
             time.sleep(1.2)  # task events are flushed to the GCS every 1 s
-            records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid)})
+            records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid), "raylet_rss_mb": rss_mb(raylet_pid)})
             print(MODE, records[-1], flush=True)
         time.sleep(6)  # let the GCS print one more debug dump
         counters = last_gcs_counters(session_dir)
-        records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid), **counters})
+        records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid), "raylet_rss_mb": rss_mb(raylet_pid), **counters})
         print(MODE, records[-1], flush=True)
     finally:
         descendants = me.children(recursive=True)
@@ -171,6 +173,7 @@ def main():
         "actor_tasks_per_request": 3,
         "gcs_rss_growth_mb": round(r1["gcs_rss_mb"] - r0["gcs_rss_mb"], 2),
         "kb_per_request": round((r1["gcs_rss_mb"] - r0["gcs_rss_mb"]) * 1024 / REQUESTS, 3),
+        "raylet_rss_growth_mb": round(r1["raylet_rss_mb"] - r0["raylet_rss_mb"], 2),
         "records": records,
     }
     json.dump(summary, open(OUT, "w"), indent=1)
