@@ -146,11 +146,26 @@ def main():
             ray.get(worker.run.remote(done, n))
             done += n
             time.sleep(1.2)  # task events are flushed to the GCS every 1 s
-            records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid), "raylet_rss_mb": rss_mb(raylet_pid)})
+            records.append(
+                {
+                    "requests": done,
+                    "t": round(time.time() - t0, 1),
+                    "gcs_rss_mb": rss_mb(gcs_pid),
+                    "raylet_rss_mb": rss_mb(raylet_pid),
+                }
+            )
             print(MODE, records[-1], flush=True)
         time.sleep(6)  # let the GCS print one more debug dump
         counters = last_gcs_counters(session_dir)
-        records.append({"requests": done, "t": round(time.time() - t0, 1), "gcs_rss_mb": rss_mb(gcs_pid), "raylet_rss_mb": rss_mb(raylet_pid), **counters})
+        records.append(
+            {
+                "requests": done,
+                "t": round(time.time() - t0, 1),
+                "gcs_rss_mb": rss_mb(gcs_pid),
+                "raylet_rss_mb": rss_mb(raylet_pid),
+                **counters,
+            }
+        )
         print(MODE, records[-1], flush=True)
     finally:
         descendants = me.children(recursive=True)
