@@ -104,6 +104,11 @@ def test_only_the_strict_kind_refuses_unknown_keys_and_null():
     assert read_section(Strict, {"ratio": None, "model": {"path": "/m"}}).ratio is None  # Optional; foreign key
 
 
+def test_a_strict_section_is_read_only_at_its_key():
+    with pytest.raises(ValueError, match="Strict is read at 'plugin.part', not 'elsewhere'"):
+        read_section(Strict, {}, "elsewhere")
+
+
 def test_an_interpolation_that_fails_names_its_key():
     config = OmegaConf.create({"count": "${missing.key}"})
     with pytest.raises(PrimeConfigError, match=r"^plugin\.part\.count: "):

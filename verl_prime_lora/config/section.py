@@ -162,6 +162,8 @@ def read_section(cls: type, section_node: Any, root: str | None = None) -> Any:
         return section_node
     root = cls.KEY if root is None else root
     if cls.STRICT:
+        if root != cls.KEY:  # its checks in `__post_init__` run before `root` is set and name keys under `KEY`
+            raise ValueError(f"{cls.__name__} is read at {cls.KEY!r}, not {root!r}")
         _refuse_unknown_keys(cls, section_node, root)
     hints, values = _hints(cls), {}
     for item in dataclasses.fields(cls):
