@@ -342,36 +342,38 @@ def with_run_tag(handle: str, job_id: str, tag: str) -> str:
     return named
 
 
-def install_run_unique_colocated_ipc(vllm_rollout) -> None:
-    """The sender's side: `ServerAdapter.zmq_handle`."""
-    ServerAdapter = vllm_rollout.ServerAdapter
-    original = ServerAdapter.__init__
+def _then_after_init(cls: type, then) -> None:
+    """`cls.__init__` followed by `then(self)`; a no-op when already wrapped."""
+    original = cls.__init__
     if is_patched(original):
         return
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
+        then(self)
+
+    cls.__init__ = mark(__init__)
+
+
+def install_run_unique_colocated_ipc(vllm_rollout) -> None:
+    """The sender's side: `ServerAdapter.zmq_handle`."""
+
+    def name_by_run(adapter) -> None:
         import ray
 
-        self.zmq_handle = with_run_tag(self.zmq_handle, ray.get_runtime_context().get_job_id(), run_ipc_tag())
+        adapter.zmq_handle = with_run_tag(adapter.zmq_handle, ray.get_runtime_context().get_job_id(), run_ipc_tag())
 
-    ServerAdapter.__init__ = mark(__init__)
+    _then_after_init(vllm_rollout.ServerAdapter, name_by_run)
 
 
 def name_vllm_workers_ipc_by_run(vllm_async_server) -> None:
     """The receiver's side: the `VERL_RAY_JOB_ID` that vLLM's worker processes inherit and name the socket by."""
-    vLLMHttpServer = vllm_async_server.vLLMHttpServer
-    original = vLLMHttpServer.__init__
-    if is_patched(original):
-        return
 
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+    def name_by_run(server) -> None:
         os.environ[RECEIVER_JOB_ENV] = run_ipc_tag()
 
-    vLLMHttpServer.__init__ = mark(__init__)
+    _then_after_init(vllm_async_server.vLLMHttpServer, name_by_run)
 
 
 # ---------------------------------------------------------------------------------------------
