@@ -85,7 +85,7 @@ def _no_ray_cluster_to_join(request, monkeypatch):
 # (`--dist loadgroup --no-loadscope-reorder`), so that the last run to start is a short one and neither worker
 # waits long for the other at the end. By each run's time in one e2e tier, 2026-12-04 (the order only matters).
 E2E_RUNS_LONGEST_FIRST = (
-    "demo", "first", "rehearsal", "inverted_prm", "reward_failures", "split", "rank_pair", "frozen_reference",
+    "demo", "first", "rehearsal", "inverted_prm", "reward_failures", "split", "frozen_reference",
     "plain_verl", "shutdown",
 )  # fmt: skip
 

@@ -4,7 +4,9 @@
 Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`):
 1. `first`: 3 PRIME steps on **two training ranks** (actor and PRM data-parallel over 2 fake GPUs, gloo; two
    colocated vLLM replicas), PRM update mode `before`, the PRM's pre-update log-probs both from its update
-   and from a forward of their own (`prime.diagnostics=true`), a checkpoint after every step;
+   and from a forward of their own (`prime.diagnostics=true`), a checkpoint after every step; its rollouts' token
+   ids are recorded, and its first PRM update must be the gradient of the mean BCE that a single process computes
+   from the same tokens (veRL's row balancing, micro-batches, DP, clipping);
 2. `resumed`: resumes from `first`'s step-2 checkpoint, into which a distinctive gate state is planted, on two
    ranks, and trains step 3 with the PRM frozen (`prime.prm.update=none`), checkpointing again.
 3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
@@ -15,9 +17,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
    It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
-5. `prm_on_two_ranks`: one PRIME step on two training ranks; the PRM's update must be the gradient of the mean BCE
-   that a single process computes from the same tokens (veRL's row balancing, micro-batches, DP, clipping).
-6. `inverted_prm`: 13 steps of a PRM trained on labels that contradict the outcome; the run's alarm must name it.
+5. `inverted_prm`: 13 steps of a PRM trained on labels that contradict the outcome; the run's alarm must name it.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs taken
 from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the resumed run
@@ -63,8 +63,8 @@ from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 pytestmark = pytest.mark.e2e
 # `make test` runs the e2e tier on two pytest-xdist workers: the tests of one run stay on one worker, which makes
 # the run once (module-scoped fixtures are per worker)
-FIRST_RUN, SPLIT_RUN, RANK_PAIR_RUN, FROZEN_REFERENCE_RUN, INVERTED_PRM_RUN = (
-    pytest.mark.xdist_group(name) for name in ("first", "split", "rank_pair", "frozen_reference", "inverted_prm")
+FIRST_RUN, SPLIT_RUN, FROZEN_REFERENCE_RUN, INVERTED_PRM_RUN = (
+    pytest.mark.xdist_group(name) for name in ("first", "split", "frozen_reference", "inverted_prm")
 )
 
 TEST_REWARD = Path(__file__).with_name("prime_label_reward.py")
@@ -213,12 +213,24 @@ LORA_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.5"
 FULL_SYNC_LR = "actor_rollout_ref.actor.optim.lr=0.05"
 
 
+# The rollouts' token ids, as the batch holds them, recorded by a test agent loop (`recording_agent_loop.py`) that
+# the agent-loop workers import from this folder.
+RECORDING_LOOPS = "- name: recording\n  _target_: recording_agent_loop.RecordingAgentLoop\n"
+ROLLOUTS_PER_STEP = 8  # cpu.yaml's 4 prompts a step x rollout.n 2
+
+
 @pytest.fixture(scope="module")
 def first(workdir, tiny_assets):
     """PRIME on two data-parallel ranks, `before` mode; the PRM's pre-update log-probs both from its update's
     first forward and from a forward of their own (`prime.diagnostics`), the latter used. The LoRA adapter of
-    each update reaches both colocated vLLM replicas."""
-    return _run(
+    each update reaches both colocated vLLM replicas. Each rollout's token ids are recorded (`rollouts`, step 1's
+    first), and step 1's PRM Adam state is read from its checkpoint (`exp_avg`, `beta1`)."""
+    from recording_agent_loop import ROLLOUT_IDS_ENV
+
+    loops = workdir / "recording_loops.yaml"
+    loops.write_text(RECORDING_LOOPS)
+    ids = workdir / "first_ids.jsonl"
+    run = _run(
         workdir,
         tiny_assets,
         "first",
@@ -226,7 +238,22 @@ def first(workdir, tiny_assets):
         "prime.diagnostics=true",
         LORA_SYNC_LR,
         *TWO_RANKS,
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=recording",
+        env={
+            ROLLOUT_IDS_ENV: str(ids),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
+        },
     )
+    run["rollouts"] = [json.loads(line) for line in ids.read_text().splitlines()]
+    folder = run["ckpt"] / "global_step_1" / "prm"
+    shards = [_state(folder / f"optim_world_size_{RANKS}_rank_{rank}.pt") for rank in range(RANKS)]
+    (group,) = shards[0]["param_groups"]
+    run["beta1"] = group["betas"][0]
+    # every rank's Shard(0) of each parameter's first moment, concatenated, in the optimizer's (the model's) order
+    states = [shard["state"] for shard in shards]
+    run["exp_avg"] = torch.cat([torch.cat([state[p]["exp_avg"] for state in states]).flatten() for p in states[0]])
+    return run
 
 
 # Ray's token authentication would need its token on every node and in the driver; a cluster on one machine
@@ -436,52 +463,12 @@ def split(workdir, tiny_assets):
         )
 
 
-# One PRM update on two training ranks against a gradient computed here, in one process, from the same tokens. At
-# step 1 the PRM equals its reference, so z = 0 for every row and the mean BCE's gradient is
+# The first PRM update on two training ranks against a gradient computed here, in one process, from the same tokens.
+# At step 1 the PRM equals its reference, so z = 0 for every row and the mean BCE's gradient is
 #   g = (1/G) Σ_i w_i (σ(0) − y_i) · β · ∇ Σ_t log π_φ(y_it | ·),
-# which `prm_gradient_at_init` computes with transformers from the rollouts' token ids (recorded by the agent loop,
-# `recording_agent_loop.py`) and the test reward's labels. The run's update (veRL's row balancing over two ranks,
-# micro-batches of 4 rows, DP all-reduce, clipping to 1.0) must give it: Adam's first moment after one step is
-# (1 − β1)·g·clip. 4 prompts, n = 2: 8 rows, one PRM mini-batch.
-RANK_PAIR = (
-    *MICRO_BATCHES_OF_4,
-    "prime.prm.micro_batch_size_per_gpu=4",
-    "prime.prm.infer_micro_batch_size_per_gpu=4",
-    "trainer.total_training_steps=1",
-    *TWO_RANKS[:2],
-)
-RECORDING_LOOPS = "- name: recording\n  _target_: recording_agent_loop.RecordingAgentLoop\n"
-
-
-@pytest.fixture(scope="module")
-def prm_on_two_ranks(workdir, tiny_assets):
-    from recording_agent_loop import ROLLOUT_IDS_ENV
-
-    loops = workdir / "recording_loops.yaml"
-    loops.write_text(RECORDING_LOOPS)
-    ids = workdir / "prm_on_two_ranks_ids.jsonl"
-    run = _run(
-        workdir,
-        tiny_assets,
-        "prm_on_two_ranks",
-        *RANK_PAIR,
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=recording",
-        # the agent-loop workers import the loop from this folder
-        env={
-            ROLLOUT_IDS_ENV: str(ids),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
-        },
-    )
-    run["rollouts"] = [json.loads(line) for line in ids.read_text().splitlines()]
-    folder = run["ckpt"] / "global_step_1" / "prm"
-    shards = [_state(folder / f"optim_world_size_{RANKS}_rank_{rank}.pt") for rank in range(RANKS)]
-    (group,) = shards[0]["param_groups"]
-    run["beta1"] = group["betas"][0]
-    # every rank's Shard(0) of each parameter's first moment, concatenated, in the optimizer's (the model's) order
-    states = [shard["state"] for shard in shards]
-    run["exp_avg"] = torch.cat([torch.cat([state[p]["exp_avg"] for state in states]).flatten() for p in states[0]])
-    return run
+# which `prm_gradient_at_init` computes with transformers from step 1's rollouts' token ids and the test reward's
+# labels. The run's update (veRL's row balancing over two ranks, micro-batches, DP all-reduce, clipping to 1.0) must
+# give it: Adam's first moment after one step is (1 − β1)·g·clip. 8 rows, one PRM mini-batch.
 
 
 def prm_gradient_at_init(model_path: Path, rollouts: list[dict], labels: list[float], beta: float) -> torch.Tensor:
@@ -500,15 +487,16 @@ def prm_gradient_at_init(model_path: Path, rollouts: list[dict], labels: list[fl
     return torch.cat([param.grad.flatten() for param in model.parameters()])
 
 
-@RANK_PAIR_RUN
-def test_prm_update_on_two_ranks_is_the_gradient_of_the_mean_bce(prm_on_two_ranks, tiny_assets):
+@FIRST_RUN
+def test_prm_update_on_two_ranks_is_the_gradient_of_the_mean_bce(first, tiny_assets):
     import prime_label_reward
     from transformers import AutoTokenizer
 
-    run = prm_on_two_ranks
-    (step,) = run["steps"]
-    rollouts = run["rollouts"]
-    assert len(rollouts) == 8 and all(row["response_ids"] for row in rollouts)
+    run = first
+    step = run["steps"][0]
+    assert len(run["rollouts"]) == ROLLOUTS_PER_STEP * len(run["steps"])  # no validation: the steps' rollouts only
+    rollouts = run["rollouts"][:ROLLOUTS_PER_STEP]  # steps run one after another: step 1's come first
+    assert all(row["response_ids"] for row in rollouts)
     tokenizer = AutoTokenizer.from_pretrained(tiny_assets["model"])
     labels = [
         prime_label_reward.compute_score("tiny", tokenizer.decode(row["response_ids"], skip_special_tokens=True), "")[
@@ -517,7 +505,6 @@ def test_prm_update_on_two_ranks_is_the_gradient_of_the_mean_bce(prm_on_two_rank
         for row in rollouts
     ]
     assert step["prm/label_mean"] == pytest.approx(sum(labels) / len(labels))
-    assert step["prm/pre_update_from_update"] == 1.0
     _assert_untrained_prm_scores_zero(step)
 
     expected = prm_gradient_at_init(tiny_assets["model"], rollouts, labels, beta=0.05)
