@@ -21,6 +21,7 @@ import psutil
 import ray
 
 from benchmarks.soak import ewc_slope
+from verl_prime_lora.run_processes import signal_and_wait
 
 # first match wins: `log_monitor.py` before `monitor.py`, which its name contains
 KINDS = ("raylet", "gcs_server", "dashboard.py", "log_monitor.py", "monitor.py", "DashboardAgent", "runtime_env")
@@ -91,14 +92,10 @@ def main() -> None:
             records.append({"t": round(time.time() - t0, 1), "rss_mb": rss_by_kind(me.children(recursive=True))})
             time.sleep(args.every)
     finally:
-        descendants = me.children(recursive=True)
+        descendants = [process.pid for process in me.children(recursive=True)]
         ray.shutdown()
         time.sleep(2)
-        for process in descendants:
-            try:
-                process.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                pass
+        signal_and_wait(descendants, signal.SIGKILL, wait_s=5)
     summary = {
         "command": f"python -m {__spec__.name} {args.seconds:g} {args.out} --every {args.every:g}",
         "ray_version": ray.__version__,
