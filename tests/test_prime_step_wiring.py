@@ -527,17 +527,20 @@ def test_the_rankings_read_the_outcome_while_the_prm_trains_on_its_own_label(mon
     assert step.metrics["prm/classification_acc"] == 0.0  # against its own (flipped) labels
 
 
-def test_a_step_past_the_warm_up_with_a_ranking_at_chance_logs_the_alert_and_warns(monkeypatch, caplog):
-    """The alarm reads the step's running mean: at the warm-up's last step, a mean of 0.45 before this step and a
-    PRM that ranks this step's groups at chance (z = 0 before its update: ½) keep it at or below ½: the step logs
-    `prm/alert/ranking` = 1 and one warning."""
-    from verl_prime_lora.integration.prm_alarm import WARMUP_STEPS
-
+def test_a_step_that_extends_evidence_of_an_inverted_ranking_logs_the_alert_and_warns(monkeypatch, caplog):
+    """The alarm reads the step's held-out ranking z (`prm/ranking_z_before`) and the gate's weight: after an
+    earlier step at z = −10 (the alarm's running sums) and this step's PRM at chance before its update (ties: z = 0),
+    the running z is 0.9·(−10)/√(0.81 + 1) = −6.69: the step logs `prm/alert/ranking` = 1, the running z, the
+    effective weight (gate × share of groups on), and one warning."""
     rows = [Row(r.uid, r.acc, r.ref, before=list(r.ref), after=r.after) for r in MIXED]
-    fake = prime_step(monkeypatch, rows, ema=0.45)
-    fake.trainer.prm_alarm.steps = WARMUP_STEPS - 1
+    fake = prime_step(monkeypatch, rows)
+    fake.trainer.prm_alarm.ranking_sum, fake.trainer.prm_alarm.ranking_norm = -10.0, 1.0
     with caplog.at_level("WARNING", logger=prime_step_module.logger.name):
         step = fake.run()
-    assert step.metrics["prm/dpo_acc_before_mixed_ema"] == pytest.approx(0.9 * 0.45 + 0.1 * 0.5)
-    assert step.metrics["prm/alert/ranking"] == 1.0 and step.metrics["prm/alert/silent"] == 0.0
-    assert sum("PRIME: the PRM ranks fresh responses at or below chance" in r.message for r in caplog.records) == 1
+    assert step.metrics["prm/ranking_z_before"] == 0.0
+    assert step.metrics["prm/ranking_z_before_running"] == pytest.approx(-9.0 / math.sqrt(1.81))
+    assert step.metrics["prm/alert/ranking"] == 1.0 and step.metrics["prm/alert/unused"] == 0.0
+    assert step.metrics["prm/process_weight_effective"] == pytest.approx(
+        step.metrics["prm/process_gate"] * step.metrics["prm/process_groups_on"]
+    )
+    assert sum("PRIME: the PRM ranks fresh responses below chance" in r.message for r in caplog.records) == 1

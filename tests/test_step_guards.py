@@ -209,7 +209,7 @@ def test_non_finite_advantages_are_not_written_back(monkeypatch):
         non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
     )
     batch = SimpleNamespace(keys=["a_0_0", "a_1_0", "b_0_0", "b_1_0"], partition_id="train")
-    metrics = {"prm/dpo_acc_before_mixed": 0.5}
+    metrics = {"prm/dpo_acc_before_mixed": 0.5, "prm/ranking_z_before": 0.0}
     with pytest.raises(
         NonFiniteError, match=r"^algorithm\.adv_estimator: step 6: the advantages of prime_grpo are NaN"
     ):

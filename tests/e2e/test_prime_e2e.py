@@ -17,7 +17,7 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
    It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
-5. `inverted_prm`: 13 steps of a PRM trained on labels that contradict the outcome; the run's alarm must name it.
+5. `inverted_prm`: 8 steps of a PRM trained on labels that contradict the outcome; the alarm reads every step.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs taken
 from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the resumed run
@@ -55,9 +55,10 @@ from loop_runs import (
     load_actor,
 )
 
+from benchmarks.evidence import pooled_z, pooled_z_threshold
 from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
-from verl_prime_lora.integration.prm_alarm import WARMUP_STEPS
+from verl_prime_lora.integration.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
@@ -596,10 +597,13 @@ def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_refe
         assert "prm/process_groups_on" not in step  # the leave-one-out process part has no std threshold
 
 
+INVERTED_STEPS = 8
+
+
 @pytest.fixture(scope="module")
 def inverted_prm(workdir, tiny_assets):
-    """A PRM trained on labels that contradict the outcome (`flipped_label_reward.py`: its label is 1 − acc), past
-    the alarm's warm-up: it ranks fresh responses with the right outcome below the wrong ones."""
+    """A PRM trained on labels that contradict the outcome (`flipped_label_reward.py`: its label is 1 − acc), gated as
+    the colocated recipe ships (0.75)."""
     return _run(
         workdir,
         tiny_assets,
@@ -609,31 +613,43 @@ def inverted_prm(workdir, tiny_assets):
         "prime.prm.optim.lr=1e-3",
         "prime.prm.epochs=2",
         "actor_rollout_ref.rollout.n=4",
-        "data.train_batch_size=8",  # more groups a step: a steadier held-out ranking
-        f"trainer.total_training_steps={WARMUP_STEPS + 3}",
+        "data.train_batch_size=8",
+        f"trainer.total_training_steps={INVERTED_STEPS}",
         "trainer.save_freq=-1",
     )
 
 
 @INVERTED_PRM_RUN
-def test_a_prm_ranking_right_answers_below_wrong_ones_is_named(inverted_prm):
-    """The alarm (`integration.prm_alarm`): `prm/alert/ranking` is 1 exactly at the steps past the warm-up whose running
-    mean of the held-out ranking is at or below ½ (none during the warm-up), the inverted PRM gets there, and each
-    episode prints one warning naming the metric and the overrides. The PRM did learn its flipped labels: on the
-    batch it has just trained on it ranks the outcome inverted (`prm/dpo_acc`, against the outcome, far below ½)."""
+def test_the_alarm_reads_each_step_and_warns_once_per_episode(inverted_prm):
+    """The alarm's wiring (`integration.prm_alarm`; when it must fire is pinned by the replays of
+    tests/test_prm_alarm.py): each step logs both alerts, the running z of the held-out ranking and the effective
+    weight, equal to what the alarm computes from the same step's logged inputs, whatever this run's trajectory; each
+    episode of each alert printed one warning. The PRM learned its flipped labels: on the batches it had just trained
+    on it ranked the outcome inverted, Stouffer's Z of the in-sample `prm/ranking_z` over steps 2 to 8 below
+    −z_0.999 (docs/cpu.md lists this assertion's pass rate)."""
     steps = inverted_prm["steps"]
-    assert len(steps) == WARMUP_STEPS + 3
+    assert len(steps) == INVERTED_STEPS
     _assert_untrained_prm_scores_zero(steps[0])
-    emas = [step["prm/dpo_acc_before_mixed_ema"] for step in steps]
-    expected = [float(index + 1 >= WARMUP_STEPS and ema <= 0.5) for index, ema in enumerate(emas)]
-    assert [step["prm/alert/ranking"] for step in steps] == expected, emas
-    assert sum(expected) >= 1, emas
-    episodes = sum(1 for before, now in zip([0.0, *expected], expected) if now and not before)
+    alarm = PrmAlarm(process_gate=0.75, threshold=0.01)
+    for step in steps:
+        signals = ProcessSignals(
+            step["prm/ranking_z_before"],
+            step["prm/dpo_acc_before_mixed_ema"],
+            step["prm/process_gate"],
+            step.get("prm/process_groups_on"),
+            step.get("prm/process_group_std/max"),
+        )
+        expected, _ = alarm.check(signals)
+        logged = {name: step[name] for name in expected}
+        assert logged == pytest.approx(expected, rel=1e-6, abs=1e-9), step
     log = inverted_prm["log"].read_text()
-    warnings = re.findall(r"PRIME: the PRM ranks fresh responses at or below chance.*", log)
-    assert len(warnings) == episodes, warnings
-    assert "prm/dpo_acc_before_mixed is 0." in warnings[0] and "prime.prm.reference=policy" in warnings[0]
-    assert sum(step["prm/dpo_acc"] for step in steps) / len(steps) < 0.3
+    for metric, text in ((RANKING_METRIC, "the PRM ranks fresh responses below chance"),
+                         (UNUSED_METRIC, "the process term's effective weight")):  # fmt: skip
+        series = [step[metric] for step in steps]
+        episodes = sum(1 for before, now in zip([0.0, *series], series) if now and not before)
+        assert len(re.findall(f"PRIME: {re.escape(text)}", log)) == episodes, (metric, series)
+    in_sample = pooled_z([step["prm/ranking_z"] for step in steps[1:]])
+    assert in_sample < -pooled_z_threshold(1e-3), [step["prm/ranking_z"] for step in steps]
 
 
 @FIRST_RUN

@@ -60,7 +60,7 @@ from verl_prime_lora.integration.advantage_writeback import (
     read_step_data,
     write_back,
 )
-from verl_prime_lora.integration.prm_alarm import PrmAlarm
+from verl_prime_lora.integration.prm_alarm import PrmAlarm, ProcessSignals
 from verl_prime_lora.integration.prm_passes import update_forward_is_pre_update
 from verl_prime_lora.integration.prm_worker import (
     ImplicitPRM,
@@ -94,9 +94,7 @@ class PrimeStep:
         self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
         advantage = self.run.advantage
-        self.prm_alarm = PrmAlarm(
-            str(self.run.verl.algorithm.adv_estimator), advantage.process_gate, advantage.process_std_threshold
-        )
+        self.prm_alarm = PrmAlarm(advantage.process_gate, advantage.process_std_threshold, advantage.process_coef)
 
     def _compute_advantage(self, batch, metrics: dict):
         """veRL's advantage hook: the PRIME step, 0 to 4 as in the module docstring."""
@@ -325,8 +323,15 @@ class PrimeStep:
         gate = process_gate_weight(self.prm_pairwise_ema, self.run.advantage.process_gate)
         metrics["prm/dpo_acc_before_mixed_ema"] = self.prm_pairwise_ema
         metrics["prm/process_gate"] = gate
-        alerts, warnings = self.prm_alarm.check(metrics)
-        metrics.update(alerts)
+        signals = ProcessSignals(
+            ranking_z_before=metrics["prm/ranking_z_before"],
+            pairwise_ema=self.prm_pairwise_ema,
+            gate=gate,
+            groups_on=metrics.get("prm/process_groups_on"),
+            group_std_max=metrics.get("prm/process_group_std/max"),
+        )
+        alarm_metrics, warnings = self.prm_alarm.check(signals)
+        metrics.update(alarm_metrics)
         for warning in warnings:
             logger.warning(warning)
         return gate
