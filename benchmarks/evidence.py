@@ -123,3 +123,18 @@ def permutation_p(a: list[float], b: list[float], draws: int = 200_000, seed: in
     rng = random.Random(seed)
     hits = sum(gap(sum(rng.sample(pooled, n_a))) >= observed for _ in range(draws))
     return (hits + 1) / (draws + 1)
+
+
+def fisher_exact_p(hits_a: int, n_a: int, hits_b: int, n_b: int) -> float:
+    """Two-sided p of Fisher's exact test on the 2×2 table (hits_a, n_a − hits_a; hits_b, n_b − hits_b): the sum,
+    over the tables with the same margins, of the hypergeometric probabilities
+        P(k) = C(n_a, k)·C(n_b, K − k) / C(n_a + n_b, K),   K = hits_a + hits_b,
+    that are at most the observed table's (with a relative tolerance of 1e-7 for ties)."""
+    total = hits_a + hits_b
+    denominator = math.comb(n_a + n_b, total)
+    probabilities = {
+        k: math.comb(n_a, k) * math.comb(n_b, total - k) / denominator
+        for k in range(max(0, total - n_b), min(n_a, total) + 1)
+    }
+    observed = probabilities[hits_a] * (1 + 1e-7)
+    return min(1.0, sum(p for p in probabilities.values() if p <= observed))

@@ -24,13 +24,20 @@ function of one logged step's metrics). Such a plan may then set, besides the ke
      "multiplicity": "holm",               # their permutation p's adjusted by Holm's step-down (or "bonferroni")
      "secondary_metrics": ["plus9_accuracy", "accuracy"]   # each arm's endpoint and every pair's test on these too
 
-    python -m benchmarks.study run PLAN [--work DIR] [--jobs N]   # every run not yet in, in the plan's order
+A plan may also register, for every arm and for every tested pair:
+
+     "learned_above": 0.15,     # a run learned: a validation above this at one of the endpoint steps (Fisher's test)
+     "instability_drop": 0.05   # a run was unstable: an evaluation this far below the best one before it
+
+    python -m benchmarks.study run PLAN [--work DIR] [--jobs N] [--pause-file F]   # every run not yet in, in order
     python -m benchmarks.study analyse PLAN              # once every run is in: the test, written and printed
 
 `run` writes each finished run to `runs/<arm>_seed<seed>.json` beside the plan (its validation per step, its
-wall clock, its exit code, the commit it ran and when it started) and can be stopped and restarted: a run already
-written is not run again. `--jobs 2` keeps two runs going at once, started in the plan's order. The warm start
-and checkpoints go to `--work` (default `benchmarks/out/<plan folder name>`).
+wall clock, its exit code, and the checkout, commit and start time of that run, read when it starts) and can be
+stopped and restarted: a run already written is not run again. `--jobs 2` keeps two runs going at once, started
+in the plan's order. `--pause-file F`: while F exists no further run starts (the one going finishes), so that the
+machine can be freed between runs. The warm start and checkpoints go to `--work` (default
+`benchmarks/out/<plan folder name>`).
 `analyse` refuses to run before every planned run has its file, and writes `analysis.json`: each run's
 endpoint, each arm's mean with its 95 % t interval and its count of runs that went off (greedy validation at
 the last step below that at step 0), and for the primary pair the difference with its 95 % Welch interval and a
@@ -56,11 +63,12 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks import RUN_ENV
-from benchmarks.evidence import mean_ci95, permutation_p, welch_ci95
+from benchmarks import REPO, RUN_ENV
+from benchmarks.evidence import fisher_exact_p, mean_ci95, permutation_p, welch_ci95
 from benchmarks.learning import ARMS
 from verl_prime_lora.demo import warm_start
 from verl_prime_lora.demo.learning_run import run_learning
@@ -73,13 +81,22 @@ def run_file(plan_path: Path, entry: dict) -> Path:
     return plan_path.parent / "runs" / f"{entry['arm']}_seed{int(entry['seed'])}.json"
 
 
-def compare(by_arm: dict[str, dict[int, float]], first: str, second: str) -> dict:
+def compare(by_arm: dict[str, dict[int, float]], first: str, second: str, counts: dict | None = None) -> dict:
+    """The pair's difference of mean endpoints (Welch interval, permutation p); with `counts` ({criterion:
+    {arm: seeds that met it}}), each criterion's share in both arms and Fisher's exact p."""
     a, b = list(by_arm[first].values()), list(by_arm[second].values())
-    return {
+    result = {
         "difference": f"{first} - {second}",
         "welch_ci95": welch_ci95(a, b),
         "permutation_p": permutation_p(a, b),
     }
+    for criterion, seeds in (counts or {}).items():
+        hits_a, hits_b = len(seeds.get(first, [])), len(seeds.get(second, []))
+        result[criterion] = {
+            "counts": [f"{hits_a}/{len(a)}", f"{hits_b}/{len(b)}"],
+            "fisher_p": fisher_exact_p(hits_a, len(a), hits_b, len(b)),
+        }
+    return result
 
 
 def adjusted(p_values: list[float], method: str) -> list[float]:
@@ -120,15 +137,24 @@ def metric_by_step(record: dict, metric: str | None, task: dict) -> dict[int, fl
 
 def source_commit() -> str:
     """The commit the runs come from (`+dirty` when the checkout has uncommitted changes)."""
-    root = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
     return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
+def wait_while(pause_file: Path | None, poll_s: float = 10.0) -> None:
+    """Block while `pause_file` exists (None: never)."""
+    announced = False
+    while pause_file is not None and pause_file.exists():
+        if not announced:
+            print(f"-- paused while {pause_file} exists", flush=True)
+            announced = True
+        time.sleep(poll_s)
+
+
+def run_all(plan_path: Path, work: Path, jobs: int = 1, pause_file: Path | None = None) -> int:
     plan = json.loads(plan_path.read_text())
     task = plan["task"]
     lab = lab_module(task)
@@ -138,11 +164,12 @@ def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
         assets = warm_start.write_warm_assets(work / "assets", seed=0, min_ops=task["min_ops"], max_ops=task["max_ops"])
     else:
         assets = lab.write_assets(work / "assets", task)
-    commit = source_commit()
 
     def one(index: int, entry: dict) -> None:
         arm, seed = entry["arm"], int(entry["seed"])
-        print(f"== run {index + 1}/{len(plan['runs'])}: {arm}, seed {seed}", flush=True)
+        wait_while(pause_file)
+        commit = source_commit()
+        print(f"== run {index + 1}/{len(plan['runs'])}: {arm}, seed {seed} ({commit[:12]})", flush=True)
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         run = run_learning(
             arm,
@@ -162,6 +189,7 @@ def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
             "arm": arm,
             "seed": seed,
             "order": index,
+            "checkout": str(REPO),
             "commit": commit,
             "started": started,
             "returncode": run.returncode,
@@ -181,10 +209,33 @@ def run_all(plan_path: Path, work: Path, jobs: int = 1) -> int:
 def went_off(record: dict) -> bool | None:
     """Did a run end below where it started (greedy validation at its last evaluation < at step 0)? None when it
     has no step-0 evaluation or no later one."""
-    val = {int(step): value for step, value in record["val_accuracy"].items()}
+    val = validations(record)
     if record["returncode"] != 0 or 0 not in val or len(val) < 2:
         return None
     return val[max(val)] < val[0]
+
+
+def validations(record: dict) -> dict[int, float]:
+    """A run's greedy validation accuracy by step."""
+    return {int(step): value for step, value in record["val_accuracy"].items()}
+
+
+def learned(record: dict, steps: list[int], above: float) -> bool:
+    """Did a run's greedy validation exceed `above` at one of `steps`?"""
+    val = validations(record)
+    return any(val.get(step, -1.0) > above for step in steps)
+
+
+def unstable(record: dict, drop: float) -> bool:
+    """Did one of a run's evaluations fall at least `drop` below the best evaluation before it (step 0 included)?
+    (Compared to 1e-9: accuracies are multiples of 1/n.)"""
+    val = validations(record)
+    best = None
+    for step in sorted(val):
+        if best is not None and val[step] <= best - drop + 1e-9:
+            return True
+        best = val[step] if best is None else max(best, val[step])
+    return False
 
 
 def endpoint(record: dict, steps: list[int], metric: str | None = None, task: dict | None = None) -> float | None:
@@ -219,6 +270,27 @@ def endpoints_by_arm(plan_path: Path, plan: dict, metric: str | None) -> tuple[d
     return by_arm, failed
 
 
+def criteria_by_arm(plan_path: Path, plan: dict, by_arm: dict[str, dict[int, float]]) -> dict[str, dict[str, list]]:
+    """The seeds, per arm, of the runs with an endpoint that met each registered criterion: `learned` (the plan's
+    `learned_above`) and `unstable` (its `instability_drop`)."""
+    steps = [int(step) for step in plan["endpoint_steps"]]
+    tests = {}
+    if "learned_above" in plan:
+        tests["learned"] = lambda record: learned(record, steps, float(plan["learned_above"]))
+    if "instability_drop" in plan:
+        tests["unstable"] = lambda record: unstable(record, float(plan["instability_drop"]))
+    counts: dict[str, dict[str, list]] = {name: {} for name in tests}
+    for entry in plan["runs"]:
+        arm, seed = entry["arm"], int(entry["seed"])
+        if seed not in by_arm.get(arm, {}):
+            continue
+        record = json.loads(run_file(plan_path, entry).read_text())
+        for name, test in tests.items():
+            if test(record):
+                counts[name].setdefault(arm, []).append(seed)
+    return counts
+
+
 def describe(plan: dict, metric: str | None) -> str:
     """What the endpoint of `metric` (None: accuracy) is, in words."""
     steps = [int(step) for step in plan["endpoint_steps"]]
@@ -238,8 +310,12 @@ def analyse(plan_path: Path) -> dict:
         arm: {"n": len(v), "mean_ci95": mean_ci95(list(v.values())), "by_seed": v, "went_off": off.get(arm, [])}
         for arm, v in by_arm.items()
     }
+    counts = criteria_by_arm(plan_path, plan, by_arm)
+    for criterion, seeds in counts.items():
+        for arm, stats in arms.items():
+            stats[criterion] = seeds.get(arm, [])
     pairs = primary_pairs(plan)
-    tests = [compare(by_arm, *pair) for pair in pairs]
+    tests = [compare(by_arm, *pair, counts=counts) for pair in pairs]
     if "multiplicity" in plan:
         for test, p in zip(tests, adjusted([t["permutation_p"] for t in tests], plan["multiplicity"])):
             test[f"{plan['multiplicity']}_p"] = p
@@ -250,7 +326,7 @@ def analyse(plan_path: Path) -> dict:
         "primary": tests[0] if isinstance(plan["primary"][0], str) else tests,
     }
     if plan.get("secondary"):
-        result["secondary"] = [compare(by_arm, *pair) for pair in plan["secondary"]]
+        result["secondary"] = [compare(by_arm, *pair, counts=counts) for pair in plan["secondary"]]
     if plan.get("secondary_metrics"):
         result["secondary_metrics"] = {}
         for name in plan["secondary_metrics"]:
@@ -302,9 +378,7 @@ def mechanism(
     for arm, records in by_arm.items():
         stats: dict = {"n": len(records)}
         if learned_above is not None:
-            stats["learned"] = sum(
-                any(float(r["val_accuracy"].get(str(s), -1.0)) > learned_above for s in endpoint_steps) for r in records
-            )
+            stats["learned"] = sum(learned(r, endpoint_steps, learned_above) for r in records)
         medians = [statistics.median(v) for r in records if (v := per_step(r, "timing_s/step", 2))]
         totals = [sum(v) for r in records if (v := per_step(r, "timing_s/step", 1))]
         if medians:
@@ -367,6 +441,10 @@ def pair_line(pair: dict) -> str:
     """`first - second: diff [low, high] (Welch), p = ...` with any adjusted p."""
     diff, low, high = pair["welch_ci95"]
     extra = "".join(f", {key} = {value:.3f}" for key, value in pair.items() if key in ("holm_p", "bonferroni_p"))
+    for criterion in ("learned", "unstable"):
+        if criterion in pair:
+            first, second = pair[criterion]["counts"]
+            extra += f"; {criterion} {first} vs {second}, Fisher p = {pair[criterion]['fisher_p']:.3f}"
     return (
         f"{pair['difference']}: {diff:+.3f} [{low:+.3f}, {high:+.3f}] (Welch), p = {pair['permutation_p']:.3f}{extra}"
     )
@@ -380,21 +458,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each a main_ppo of its own)")
     parser.add_argument("--learned-above", type=float, help="mechanism: count runs with a validation above this")
     parser.add_argument("--baseline", help="mechanism: the arm step times are compared with (default: primary's 2nd)")
+    parser.add_argument("--pause-file", type=Path, help="run: no run starts while this file exists")
     args = parser.parse_args(argv)
     plan = args.plan.resolve()
     if args.action == "run":
         work = (args.work or Path("benchmarks/out") / plan.parent.name).resolve()
-        return run_all(plan, work, args.jobs)
+        return run_all(plan, work, args.jobs, args.pause_file)
     if args.action == "mechanism":
         print_mechanism(mechanism(plan, args.learned_above, args.baseline))
         return 0
     result = analyse(plan)
     for arm, stats in result["arms"].items():
         mean, low, high = stats["mean_ci95"]
-        print(
-            f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds; "
-            f"went off: {len(stats['went_off'])} (seeds {stats['went_off']})"
-        )
+        line = f"{arm:>22}: {mean:.3f} [{low:.3f}, {high:.3f}] over {stats['n']} seeds"
+        for criterion in ("learned", "unstable"):
+            if criterion in stats:
+                line += f"; {criterion}: {len(stats[criterion])} (seeds {stats[criterion]})"
+        if "learned" not in stats:
+            line += f"; went off: {len(stats['went_off'])} (seeds {stats['went_off']})"
+        print(line)
     primary = result["primary"] if isinstance(result["primary"], list) else [result["primary"]]
     print(f"endpoint: {result['endpoint']}")
     for label, pair in [("primary", p) for p in primary] + [("secondary", p) for p in result.get("secondary", [])]:

@@ -223,3 +223,78 @@ def test_mechanism_counts_learned_runs_and_averages_the_diagnostics(plan_path, c
 def test_mechanism_waits_for_every_run(plan_path):
     with pytest.raises(SystemExit, match="6 planned runs have no result"):
         study.mechanism(plan_path)
+
+
+@pytest.mark.parametrize(
+    ("val", "is_learned", "is_unstable"),
+    [
+        ({"0": 0.075, "4": 0.16, "6": 0.20, "8": 0.21}, True, False),
+        ({"0": 0.075, "4": 0.15, "6": 0.15, "8": 0.15}, False, False),  # 0.15 is not above 0.15
+        ({"0": 0.075, "2": 0.20, "4": 0.15, "8": 0.3}, True, True),  # 0.05 below the best before it
+        ({"0": 0.075, "2": 0.20, "4": 0.15, "8": 0.12}, False, True),  # learned only at step 2: not an endpoint
+        ({"0": 0.10, "2": 0.06, "4": 0.07}, False, False),  # 0.04 below: not unstable
+    ],
+)
+def test_a_run_learned_above_a_bar_and_was_unstable_when_it_fell_from_its_best(val, is_learned, is_unstable):
+    record = {"val_accuracy": val, "returncode": 0}
+    assert study.learned(record, [4, 6, 8], 0.15) is is_learned
+    assert study.unstable(record, 0.05) is is_unstable
+
+
+@pytest.mark.parametrize(
+    ("table", "p"),
+    [
+        # scipy.stats.fisher_exact([[a, n_a - a], [b, n_b - b]]).pvalue, two-sided
+        ((10, 10, 3, 10), 0.0030959752321981426),
+        ((3, 15, 3, 15), 1.0),
+        ((0, 15, 5, 15), 0.04214559386973179),
+        ((15, 15, 0, 15), 1.28934500757877e-08),
+    ],
+)
+def test_fishers_exact_test_matches_scipys(table, p):
+    assert evidence.fisher_exact_p(*table) == pytest.approx(p, rel=1e-9)
+
+
+def test_the_analysis_counts_learned_and_unstable_runs_with_fishers_test(plan_path, monkeypatch, tmp_path):
+    """A plan's registered `learned_above` and `instability_drop`: the seeds that met each criterion per arm, and for
+    every tested pair both arms' counts and Fisher's exact p."""
+    plan = json.loads(plan_path.read_text())
+    plan.update(learned_above=0.5, instability_drop=0.05)
+    plan_path.write_text(json.dumps(plan))
+
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env):
+        run = fake_run(arm, seed, 0.45 if arm == "prime_grpo_ungated" else 0.3)  # 0.45 + 0.01·step: above 0.5
+        if (arm, seed) == ("grpo", 1):
+            run.steps[6] = {next(iter(run.steps[0])): 0.2}  # 0.14 below its best before: unstable
+        return run
+
+    monkeypatch.setattr(study, "run_learning", run_learning)
+    monkeypatch.setattr(study.warm_start, "write_warm_assets", lambda out, **kwargs: {})
+    study.run_all(plan_path, tmp_path / "work")
+    result = study.analyse(plan_path)
+    assert result["arms"]["prime_grpo_ungated"]["learned"] == [1, 2, 3] and result["arms"]["grpo"]["learned"] == []
+    assert result["arms"]["grpo"]["unstable"] == [1] and result["arms"]["prime_grpo_ungated"]["unstable"] == []
+    assert result["primary"]["learned"] == {"counts": ["3/3", "0/3"], "fisher_p": pytest.approx(0.1)}
+    assert result["primary"]["unstable"] == {"counts": ["0/3", "1/3"], "fisher_p": pytest.approx(1.0)}
+    assert "learned 3/3 vs 0/3, Fisher p = 0.100" in study.pair_line(result["primary"])
+
+
+def test_each_run_records_its_own_checkout_and_commit_and_waits_while_paused(plan_path, calls, tmp_path, monkeypatch):
+    """The commit is read when each run starts (a checkout that moves between runs is seen), with the checkout's
+    path; no run starts while the pause file exists."""
+    commits = iter(f"{i:040d}" for i in range(100))
+    monkeypatch.setattr(study, "source_commit", lambda: next(commits))
+    pause = tmp_path / "pause"
+    pause.touch()
+    waited = []
+
+    def sleep(seconds):
+        waited.append(seconds)
+        pause.unlink()
+
+    monkeypatch.setattr(study.time, "sleep", sleep)
+    study.run_all(plan_path, tmp_path / "work", pause_file=pause)
+    assert len(waited) == 1 and len(calls) == len(PLAN["runs"])
+    records = [json.loads(study.run_file(plan_path, entry).read_text()) for entry in PLAN["runs"]]
+    assert [record["commit"] for record in records] == [f"{i:040d}" for i in range(len(PLAN["runs"]))]
+    assert {record["checkout"] for record in records} == {str(study.REPO)}
