@@ -42,6 +42,11 @@ A 28-layer model at 3584 tokens does not fit 2 cores' time and 24 GiB with its g
 log σ = a + b·log(depth) + c·log(L) over the measured points and extrapolated to the seed's 28 layers and 3584
 tokens (`fit_floor`). Writes `floor.json`.
 
+    python -m benchmarks.bf16_log_ratio_noise --refit   # no measuring: floor.json's values pooled in one fit
+
+`--refit`: rounding does not depend on the step count, so every value of `floor.json` enters one fit; prints and writes
+`pooled_fit.json`, the floor at the seed's depth with its 95 % interval, and per token (`pooled_floor_fit`).
+
     python -m benchmarks.bf16_log_ratio_noise --trained [--depths 1 2 4] [--lengths 256 1024] [--steps 1 5 20]
 """
 
@@ -57,6 +62,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from verl.utils.experimental.torch_functional import FusedLinearForPPO
 from verl.utils.torch_functional import logprobs_from_logits
 
+from benchmarks.evidence import t_quantile
 from verl_prime_lora.algo.core_algos import process_group_spread
 
 BETA, THRESHOLD = 0.05, 1e-2
@@ -123,7 +129,7 @@ def measure(model, length: int, groups: int, k: int, path: str, prm_micro: int, 
     mask = torch.zeros(len(rows), width, dtype=torch.float64)
     for i, (a, b) in enumerate(zip(prm, reference, strict=True)):
         q[i, : len(a)], mask[i, : len(a)] = (a - b).double(), 1.0
-    spread, _ = process_group_spread(BETA * q, mask, [i // k for i in range(len(rows))])
+    spread, _, _ = process_group_spread(BETA * q, mask, [i // k for i in range(len(rows))])
     diffs = q[mask.bool()].abs()
     return {
         "length": length,
@@ -280,6 +286,56 @@ def fits_at_seed_shape(points: list[dict], steps: list[int]) -> dict:
     }
 
 
+def pooled_floor_fit(points: list[dict], lengths: tuple[int, ...] = (SEED_LENGTH,), depth: int = SEED_DEPTH) -> dict:
+    """The rounding floor from every measured value at once: rounding does not depend on the PRM's step count (the
+    values of one point show no trend with it), so one least-squares fit of log σ = a + b·log(depth) + c·log(L) over
+    every (point, step count), and at `depth` and each L in `lengths` the fitted floor F with its 95 % interval
+    exp(x₀ᵀβ̂ ± t_{0.975, n−3}·√(s²·x₀ᵀ(XᵀX)⁻¹x₀)) (optimistic: the step counts of one point share its weights and
+    tokens), and F/L, the floor per token."""
+    rows = [
+        ([1.0, math.log(point["depth"]), math.log(point["length"])], math.log(row["rounding_sigma_z"]))
+        for point in points
+        for row in point["by_steps"]
+    ]
+    x = torch.tensor([r[0] for r in rows], dtype=torch.float64)
+    y = torch.tensor([r[1] for r in rows], dtype=torch.float64)
+    beta = torch.linalg.lstsq(x, y[:, None]).solution[:, 0]
+    dof = len(rows) - 3
+    s2 = float(((y - x @ beta) ** 2).sum()) / dof
+    covariance = s2 * torch.linalg.inv(x.T @ x)
+    t = t_quantile(0.975, dof)
+    at = {}
+    for length in lengths:
+        x0 = torch.tensor([1.0, math.log(depth), math.log(length)], dtype=torch.float64)
+        mean, se = float(x0 @ beta), math.sqrt(float(x0 @ covariance @ x0))
+        floor = [math.exp(mean), math.exp(mean - t * se), math.exp(mean + t * se)]
+        at[str(length)] = {"floor_ci95": floor, "per_token_ci95": [f / length for f in floor]}
+    return {
+        "values": len(rows),
+        "log_coef": beta.tolist(),
+        "depth_exponent": float(beta[1]),
+        "length_exponent": float(beta[2]),
+        "depth": depth,
+        "at_length": at,
+    }
+
+
+def run_refit(out: Path) -> None:
+    """`pooled_floor_fit` of `out/floor.json`'s points at the seed's depth, printed and written to
+    `out/pooled_fit.json`."""
+    points = json.loads((out / "floor.json").read_text())["points"]
+    fit = pooled_floor_fit(points, lengths=(512, 1024, SEED_LENGTH))
+    fit["command"] = f"python -m benchmarks.bf16_log_ratio_noise --refit --out {out}"
+    (out / "pooled_fit.json").write_text(json.dumps(fit, indent=1) + "\n")
+    print(
+        f"{fit['values']} values: log σ = {fit['log_coef'][0]:.3f} + {fit['depth_exponent']:.3f}·log depth + "
+        f"{fit['length_exponent']:.3f}·log L; at {SEED_DEPTH} layers:"
+    )
+    for length, row in fit["at_length"].items():
+        (f, lo, hi), (ft, lo_t, hi_t) = row["floor_ci95"], row["per_token_ci95"]
+        print(f"  L {length:>5}: floor {f:.3f} [{lo:.3f}, {hi:.3f}], per token {ft:.2e} [{lo_t:.2e}, {hi_t:.2e}]")
+
+
 def run_trained(args) -> None:
     """Measures each (depth, L) point in turn; `floor.json` is rewritten after each, with the fit so far."""
     args.out.mkdir(parents=True, exist_ok=True)
@@ -351,7 +407,11 @@ def main() -> None:
     parser.add_argument("--fp64-check", action="store_true", help="at the first point, fp32's error against fp64")
     parser.add_argument("--points", nargs="+", help="DEPTH:L pairs in this order, instead of --depths x --lengths")
     parser.add_argument("--resume", action="store_true", help="keep the points already in OUT/floor.json")
+    parser.add_argument("--refit", action="store_true", help="pool OUT/floor.json's values in one fit (no measuring)")
     args = parser.parse_args()
+    if args.refit:
+        run_refit(args.out)
+        return
     if args.trained:
         if args.lengths == [256, 1024, 3584]:
             args.lengths = [256, 1024]

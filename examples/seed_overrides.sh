@@ -49,7 +49,8 @@ PRM_ARGS=(
   prime.prm.engine.mixed_precision.param_dtype=bf16 # seed: bf16 compute
   prime.prm.micro_batch_size_per_gpu=2              # seed: PRM micro-batch 2
   prime.prm.optim.clip_grad=1.0                     # seed: PRM grad clip 1.0
-  algorithm.prime.process_std_threshold=3.0         # seed 1e-2, under bf16's rounding floor of z here (findings)
+  algorithm.prime.process_std_threshold=0.01        # seed: 1e-2 ...
+  algorithm.prime.process_std_threshold_per_token=4e-4  # ... ours: + 4e-4 x mean length, above bf16's rounding of z
   # Ours, not the seed's: the length-free process advantage. `=token` is the seed's exact formula, whose
   # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see docs/math.md.
   algorithm.prime.process_norm=sequence

@@ -2,6 +2,7 @@
 property tests (hypothesis) for the invariants the trainer relies on."""
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -301,7 +302,7 @@ def test_sequence_norm_vanishes_while_prm_equals_reference(noise):
 @pytest.mark.parametrize("process_norm", ["sequence", "token"])
 def test_process_group_spread_is_the_std_the_process_part_holds_against_the_threshold(process_norm):
     rewards, mask, index, process = make_batch(21, groups=(3, 1, 4))
-    spread, size = ca.process_group_spread(process, mask, index, process_norm)
+    spread, size, _ = ca.process_group_spread(process, mask, index, process_norm)
     expected_spread, expected_size = [], []
     for members in groups_of(index).values():  # groups in order of first appearance
         stat = []
@@ -320,9 +321,37 @@ def test_process_group_spread_is_the_std_the_process_part_holds_against_the_thre
     for g, members in enumerate(groups_of(index).values()):
         has_process = not torch.equal(with_p[members], outcome[members])
         assert has_process == bool(spread[g] >= threshold), g
-    zero, _ = ca.process_group_spread(torch.zeros_like(process), mask, index, process_norm)
+    zero, _, _ = ca.process_group_spread(torch.zeros_like(process), mask, index, process_norm)
     # a PRM equal to its reference: 0 (a singleton group: 1)
     assert zero.tolist() == [0.0 if n > 1 else 1.0 for n in expected_size]
+
+
+def test_a_per_token_threshold_scales_with_each_groups_mean_length():
+    """τ_g = τ_0 + τ_L·L̄_g, L̄_g the group's mean response length (float64 reference): the process part is on exactly
+    in the groups whose σ_g(z) reaches their own τ_g, and `process_group_spread` reports the same τ_g."""
+    rewards, mask, index, process = make_batch(23, groups=(3, 2, 4, 3))
+    spread, _, _ = ca.process_group_spread(process, mask, index)
+    members_of = list(groups_of(index).values())
+    lengths = {g: statistics.mean(mask[i].sum().item() for i in members) for g, members in enumerate(members_of)}
+    per_token = float(statistics.median(spread[g].item() / lengths[g] for g in lengths))  # about half the groups on
+    cfg = algo_config(process_norm="sequence", process_std_threshold=1e-3, process_std_threshold_per_token=per_token)
+    _, _, threshold = ca.process_group_spread(process, mask, index, "sequence", 1e-3, per_token)
+    with_p, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg, process_rewards=process)
+    outcome, _ = get_adv_estimator_fn("prime_grpo")(rewards, mask, index, config=cfg)
+    on = []
+    for g, members in enumerate(groups_of(index).values()):
+        expected = 1e-3 + per_token * lengths[g]
+        assert threshold[g].item() == pytest.approx(expected, rel=1e-12)
+        on.append(not torch.equal(with_p[members], outcome[members]))
+        assert on[-1] == (spread[g].item() >= expected), g
+    assert any(on) and not all(on)
+
+
+def test_with_the_token_norm_the_per_token_threshold_adds_once():
+    """z / L is per token already: its threshold is τ_0 + τ_L, whatever the lengths."""
+    _, mask, index, process = make_batch(24, groups=(3, 2))
+    _, _, threshold = ca.process_group_spread(process, mask, index, "token", 1e-3, 2e-4)
+    torch.testing.assert_close(threshold, torch.full_like(threshold, 1.2e-3), rtol=1e-12, atol=0)
 
 
 def test_prime_grpo_follows_process_norm():

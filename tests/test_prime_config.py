@@ -85,10 +85,10 @@ def test_every_default_is_the_recipes_value(seed_recipe, cls, path, skip):
         elif (cls, name) == (PrmConfig, "infer_micro_batch_size_per_gpu"):
             # the recipe ties it to the actor's log-prob micro-batches (4 in the recipe)
             assert value == ACTOR_LOG_PROB_MICRO_BATCH and default == seed_recipe[path.split(".")[0]].prm[name] == 4
-        elif (cls, name) == (AdvantageConfig, "process_std_threshold"):
-            # the card's 1e-2 for the pure functions and the CPU preset (fp32); the GPU recipe's 3 is three times
-            # bf16's rounding floor of z at the seed's shape (docs/findings.md)
-            assert default == 0.01 and value == 3.0, (name, default, value)
+        elif (cls, name) == (AdvantageConfig, "process_std_threshold_per_token"):
+            # 0 for the pure functions and the CPU preset (fp32); the GPU recipe's 4e-4 per token is 2.6 times the
+            # pooled fit of bf16's rounding floor of z per token at the seed's depth (docs/findings.md)
+            assert default == 0.0 and value == 4e-4, (name, default, value)
         else:
             assert default == value and type(default) is type(value), f"{path}.{name}: {default!r} vs {value!r}"
 
@@ -114,9 +114,9 @@ def test_core_algos_implements_each_process_norm_the_config_accepts():
 def test_the_recipe_round_trips_into_the_defaults(seed_recipe):
     actor_mini = seed_recipe.actor_rollout_ref.actor.ppo_mini_batch_size
     assert prime_config(verl_view(seed_recipe)) == PrimeConfig(prm=PrmConfig(mini_batch_size=actor_mini))
-    # the typed default is the card's 1e-2 (the pure functions' and the CPU preset's); the GPU recipe sets 3, three
-    # times bf16's rounding floor of z at the seed's shape (docs/findings.md)
-    assert advantage_config(seed_recipe.algorithm) == AdvantageConfig(process_std_threshold=3.0)
+    # the typed default is 0 per token (the pure functions' and the CPU preset's); the GPU recipe adds 4e-4 per token
+    # of the group's mean length, above bf16's rounding floor of z (docs/findings.md)
+    assert advantage_config(seed_recipe.algorithm) == AdvantageConfig(process_std_threshold_per_token=4e-4)
 
 
 OVERRIDES = [

@@ -44,6 +44,7 @@ REFERENCE_OPTIONS = (
     "algorithm.prime.process_coef=1.0",
     "algorithm.prime.process_norm=sequence",
     f"algorithm.prime.process_std_threshold={STD_THRESHOLD}",
+    "algorithm.prime.process_std_threshold_per_token=0",
     f"algorithm.prime.epsilon={EPSILON}",
     "algorithm.prime.whiten_advantages=false",
     "algorithm.prime.process_gate=null",

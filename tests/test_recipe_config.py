@@ -30,7 +30,7 @@ def test_recipe_group_resolves_and_sets_prime():
     # A missing group would leave `recipe: prime_lora` as a stray key and veRL's defaults untouched.
     assert "recipe" not in cfg
     assert cfg.algorithm.adv_estimator == "prime_grpo"
-    assert cfg.algorithm.prime.process_std_threshold == pytest.approx(3.0)
+    assert cfg.algorithm.prime.process_std_threshold_per_token == pytest.approx(4e-4)
 
 
 def test_recipe_carries_seed_hyperparameters():

@@ -1,6 +1,8 @@
 """benchmarks/bf16_log_ratio_noise.py --trained: the PRM after k AdamW steps from one backward, and the fit."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,3 +91,33 @@ def test_the_fit_recovers_a_power_law_and_extrapolates_to_the_seeds_shape():
     flat = noise.fit_floor([p for p in points if p["length"] == 256], "rounding_sigma_z", 1)
     assert flat["length_exponent"] == 0.0 and flat["depth_exponent"] == pytest.approx(0.5)
     assert math.isclose(flat["at_seed_shape"], sigma(28, 256), rel_tol=1e-9)
+
+
+def test_the_pooled_fit_recovers_a_power_law_over_every_step_count_with_a_collapsing_interval():
+    def sigma(depth, length):
+        return 2e-5 * depth**0.4 * length
+
+    points = [
+        {"depth": d, "length": n, "by_steps": [{"steps": k, "rounding_sigma_z": sigma(d, n)} for k in (1, 5, 20)]}
+        for d, n in [(1, 256), (2, 256), (4, 256), (1, 1024)]
+    ]
+    fit = noise.pooled_floor_fit(points, lengths=(3584,))
+    assert (
+        fit["values"] == 12
+        and fit["depth_exponent"] == pytest.approx(0.4)
+        and fit["length_exponent"] == (pytest.approx(1.0))
+    )
+    floor, low, high = fit["at_length"]["3584"]["floor_ci95"]
+    assert floor == pytest.approx(sigma(28, 3584)) and high / low == pytest.approx(1.0, abs=1e-6)
+    assert fit["at_length"]["3584"]["per_token_ci95"][0] == pytest.approx(sigma(28, 3584) / 3584)
+
+
+def test_the_recorded_floor_pools_to_the_figures_the_recipe_cites():
+    """`python -m benchmarks.bf16_log_ratio_noise --refit` on the recorded floor.json: 0.545 [0.254, 1.170] at 28
+    layers and 3584 tokens, 1.52e-4 per token (recipe/prime_lora.yaml's process_std_threshold_per_token is 2.6× it)."""
+    recorded = Path(__file__).resolve().parents[2] / "benchmarks/results/bf16_log_ratio_noise/floor.json"
+    fit = noise.pooled_floor_fit(json.loads(recorded.read_text())["points"])
+    floor = fit["at_length"]["3584"]
+    assert floor["floor_ci95"] == pytest.approx([0.545, 0.254, 1.170], abs=1e-3)
+    assert floor["per_token_ci95"][0] == pytest.approx(1.52e-4, rel=1e-2)
+    assert 4e-4 / floor["per_token_ci95"][0] == pytest.approx(2.6, abs=0.05)

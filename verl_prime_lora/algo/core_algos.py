@@ -34,6 +34,7 @@ from verl_prime_lora.config.verl_view import algorithm_view
 # algorithm.prime's defaults (config.prime), for the functions below called without a config
 DEFAULT_EPSILON = AdvantageConfig.epsilon  # as veRL's grpo
 DEFAULT_PROCESS_STD_THRESHOLD = AdvantageConfig.process_std_threshold  # compared with std_g(z) or std_g(r̄)
+DEFAULT_PROCESS_STD_THRESHOLD_PER_TOKEN = AdvantageConfig.process_std_threshold_per_token  # × the group's mean L
 
 
 # --------------------------------------------------------------------------------------------------
@@ -94,12 +95,28 @@ def mean_process_reward(process_rewards: torch.Tensor, mask: torch.Tensor) -> to
     return torch.linalg.vecdot(process_rewards, mask) / mask.sum(-1).clamp_min(1)
 
 
+def group_std_threshold(
+    mask: torch.Tensor, gid: torch.Tensor, threshold: float, per_token: float = 0.0, process_norm: str = "sequence"
+) -> torch.Tensor | float:
+    r"""The threshold of each row's group spread: τ_i = τ_0 + τ_L · L̄_g(i) for the spread of z (``sequence``),
+    with L̄_g the mean response length Σ_t m[j,t] over the rows j of row i's group; τ_0 + τ_L for the spread of
+    z / L (``token``), a statistic per token already; τ_0 alone when τ_L = 0. bf16's rounding of z grows about
+    linearly with the response length (docs/findings.md, "The rounding floor"), so a floor set per token holds at
+    every length."""
+    if per_token == 0.0:
+        return threshold
+    if process_norm == "token":
+        return threshold + per_token
+    _, mean_length, _ = group_mean_std(mask.sum(-1), gid)
+    return threshold + per_token * mean_length
+
+
 def sequence_norm_process_advantage(
     process_rewards: torch.Tensor,
     mask: torch.Tensor,
     gid: torch.Tensor,
     gamma: float = 1.0,
-    std_threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
+    std_threshold: float | torch.Tensor = DEFAULT_PROCESS_STD_THRESHOLD,
     epsilon: float = DEFAULT_EPSILON,
 ) -> torch.Tensor:
     r"""Length-free group-normalised process advantage (``process_norm: sequence``, the default).
@@ -110,8 +127,9 @@ def sequence_norm_process_advantage(
 
         r̃[i,t] = (r[i,t] − μ_g / L_i) / (σ_g + ε) · m[i,t],      A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s],
 
-    and r̃ = 0 in groups with σ_g < ``std_threshold`` (the PRM still equal to its reference, z ≈ 0,
-    where dividing by σ_g would blow noise up). With γ = 1 the return at the first token is
+    and r̃ = 0 in groups with σ_g < ``std_threshold`` (one number, or one per row: `group_std_threshold`; the PRM
+    still equal to its reference, z ≈ 0, or within bf16's rounding of it, where dividing by σ_g would blow noise
+    up). With γ = 1 the return at the first token is
 
         A^p[i,0] = (z_i − μ_g) / (σ_g + ε),
 
@@ -133,7 +151,7 @@ def token_norm_process_advantage(
     mask: torch.Tensor,
     gid: torch.Tensor,
     gamma: float = 1.0,
-    std_threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
+    std_threshold: float | torch.Tensor = DEFAULT_PROCESS_STD_THRESHOLD,
     epsilon: float = DEFAULT_EPSILON,
 ) -> torch.Tensor:
     r"""The seed's group-normalised process advantage (``process_norm: token``; open-rs2-grpo-lora).
@@ -158,24 +176,30 @@ def _normalised_return(
     baseline: torch.Tensor,
     std: torch.Tensor,
     gamma: float,
-    std_threshold: float,
+    std_threshold: float | torch.Tensor,
     epsilon: float,
 ) -> torch.Tensor:
     r"""A^p[i,t] = Σ_{s ≥ t} γ^{s−t} r̃[i,s],  r̃[i,t] = (r[i,t] − b_i) / (σ_i + ε) · m[i,t], and r̃ = 0 in rows
-    whose group spread σ_i < ``std_threshold``: the tail both group-normalised process advantages share (b_i and
-    σ_i per row, from the row's group)."""
+    whose group spread σ_i < ``std_threshold`` (one number, or one per row): the tail both group-normalised process
+    advantages share (b_i and σ_i per row, from the row's group)."""
     scale = torch.where(std >= std_threshold, 1.0 / (std + epsilon), torch.zeros_like(std))
     normalised = (process_rewards - baseline[:, None]).mul_(mask).mul_(scale[:, None])
     return discounted_suffix_sum(normalised, gamma)
 
 
 def process_group_spread(
-    process_rewards: torch.Tensor, mask: torch.Tensor, index: Any, process_norm: str = "sequence"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""(σ_g, n_g) per group: the spread that ``prime_grpo``'s process part divides by and holds against
-    ``process_std_threshold`` — the unbiased std of z_i (``sequence``) or of r̄_i = z_i / L_i (``token``) over
-    the group's rows — and the group's row count. Groups in order of first appearance (``group_ids``); a
-    singleton's σ is 1, as in ``group_mean_std``. A PRM equal to its reference gives σ_g = 0 in every group.
+    process_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    index: Any,
+    process_norm: str = "sequence",
+    threshold: float = DEFAULT_PROCESS_STD_THRESHOLD,
+    threshold_per_token: float = DEFAULT_PROCESS_STD_THRESHOLD_PER_TOKEN,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""(σ_g, n_g, τ_g) per group: the spread that ``prime_grpo``'s process part divides by and holds against its
+    threshold — the unbiased std of z_i (``sequence``) or of r̄_i = z_i / L_i (``token``) over the group's rows —,
+    the group's row count, and the threshold τ_g (`group_std_threshold` of ``threshold`` and
+    ``threshold_per_token``). Groups in order of first appearance (``group_ids``); a singleton's σ is 1, as in
+    ``group_mean_std``. A PRM equal to its reference gives σ_g = 0 in every group.
     """
     dtype = compute_dtype(process_rewards)
     mask = mask.to(dtype)
@@ -188,7 +212,9 @@ def process_group_spread(
     num_groups = int(gid.max().item()) + 1 if gid.numel() else 0
     first_row = torch.full((num_groups,), gid.numel(), dtype=torch.long, device=gid.device)
     first_row.scatter_reduce_(0, gid, torch.arange(gid.numel(), device=gid.device), reduce="amin")
-    return std[first_row], count[first_row]
+    row_threshold = group_std_threshold(mask, gid, threshold, threshold_per_token, process_norm)
+    row_threshold = torch.as_tensor(row_threshold, dtype=dtype, device=gid.device)
+    return std[first_row], count[first_row], row_threshold.expand_as(std)[first_row]
 
 
 def rloo_process_advantage(
@@ -291,8 +317,13 @@ def _process_part(
     """
     if baseline == "group_norm":
         process_fn = PROCESS_ADVANTAGES[options.process_norm]
-        threshold, epsilon = options.process_std_threshold, options.epsilon
-        return lambda r, m, gid: process_fn(r, m, gid, gamma, threshold, epsilon)
+        threshold, per_token = options.process_std_threshold, options.process_std_threshold_per_token
+
+        def group_norm(r: torch.Tensor, m: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
+            group_threshold = group_std_threshold(m, gid, threshold, per_token, options.process_norm)
+            return process_fn(r, m, gid, gamma, group_threshold, options.epsilon)
+
+        return group_norm
     return lambda r, m, gid: rloo_process_advantage(r, m, gid, gamma)
 
 
@@ -313,7 +344,7 @@ def compute_prime_grpo_advantage(
     the PRM's sequence logits) or, with ``algorithm.prime.process_norm=token``, the seed's
     ``token_norm_process_advantage``. Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword,
     as veRL's ``grpo``), ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef,
-    process_norm, process_std_threshold, epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
+    process_norm, process_std_threshold[_per_token], epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
     process gate) multiplies c_p. Without process rewards it equals veRL's ``grpo``.
     """
     options, algorithm = advantage_config(config), algorithm_view(config)

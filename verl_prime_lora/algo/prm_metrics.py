@@ -115,15 +115,23 @@ def prm_diagnostics(prm_used, ref, mask, labels, uid, beta, labelled=None, polic
 def process_spread_metrics(process_rewards, mask, uid, options: AdvantageConfig, estimator: str) -> dict[str, float]:
     """The spread σ_g of the PRM's rewards per prompt group (`core_algos.process_group_spread`), over groups of at
     least two responses: `prm/process_group_std/{mean,max}` (0 while the PRM equals its reference) and, for
-    `prime_grpo`, `prm/process_groups_on`, the share of groups whose σ_g reaches
-    `algorithm.prime.process_std_threshold`, i.e. that get a process term at all."""
-    spread, size = process_group_spread(process_rewards, mask, uid, options.process_norm)
-    spread = spread[size > 1]
+    `prime_grpo`, `prm/process_groups_on`, the share of groups whose σ_g reaches their threshold τ_g
+    (`algorithm.prime.process_std_threshold[_per_token]`), i.e. that get a process term at all."""
+    spread, size, threshold = process_group_spread(
+        process_rewards,
+        mask,
+        uid,
+        options.process_norm,
+        options.process_std_threshold,
+        options.process_std_threshold_per_token,
+    )
+    groups = size > 1
+    spread, threshold = spread[groups], threshold[groups]
     if not spread.numel():
         return {}
     metrics = {"prm/process_group_std/mean": spread.mean().item(), "prm/process_group_std/max": spread.max().item()}
     if estimator == "prime_grpo":
-        metrics["prm/process_groups_on"] = (spread >= options.process_std_threshold).float().mean().item()
+        metrics["prm/process_groups_on"] = (spread >= threshold).float().mean().item()
     return metrics
 
 

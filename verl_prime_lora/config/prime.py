@@ -187,9 +187,12 @@ class AdvantageConfig(Section):
         process_coef: c_p, the weight of the process advantage (0: outcome only; ablations).
         process_norm: the group normalisation of `prime_grpo`'s process part: `sequence` (stats of the
             PRM's sequence logits, length-free) or `token` (the seed's formula, to reproduce it).
-        process_std_threshold: `prime_grpo`: no process term in groups whose std is below this; >= 0
-            (the seed: 1e-2; `prime_lora` sets 3, three times bf16's rounding floor of z at the seed's shape,
-            docs/findings.md; the CPU preset, fp32, keeps 1e-2).
+        process_std_threshold: `prime_grpo`: τ_0 of the group threshold τ_g = τ_0 + τ_L·L̄_g; no process term in
+            groups whose spread is below τ_g; >= 0 (the seed: 1e-2).
+        process_std_threshold_per_token: τ_L, the threshold's part per token of the group's mean response length
+            L̄_g (with `process_norm: token`, whose statistic z/L is per token already: τ_0 + τ_L); >= 0. bf16's
+            rounding of z grows about linearly with L: `prime_lora` sets 4e-4, 2.6× the floor per token of a pooled
+            fit at the seed's depth (docs/findings.md, "The rounding floor"); 0 in fp32 (the CPU preset).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
             (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card). 0.75: the rule
             of a pre-registered study of the recipe's PRM settings in bf16 (docs/findings.md).
@@ -204,6 +207,7 @@ class AdvantageConfig(Section):
     process_coef: float = 1.0
     process_norm: str = "sequence"
     process_std_threshold: float = 0.01
+    process_std_threshold_per_token: float = 0.0
     process_gate: Optional[float] = 0.75
     whiten_advantages: bool = False
     epsilon: float = 1e-6
@@ -213,6 +217,9 @@ class AdvantageConfig(Section):
             self._fail("process_norm", f"choose one of {list(PROCESS_NORMS)}.")
         if self.process_std_threshold < 0:
             self._fail("process_std_threshold", "a group std threshold: >= 0.")
+        if self.process_std_threshold_per_token < 0:
+            self._fail("process_std_threshold_per_token", "a threshold per token of the group's mean length: >= 0.")
+
         if self.process_gate is not None and not 0.5 < self.process_gate <= 1.0:
             self._fail(
                 "process_gate",

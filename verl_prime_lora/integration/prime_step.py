@@ -94,7 +94,12 @@ class PrimeStep:
         self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
         self.prm_pairwise_ema = 0.5  # the process gate's input; chance level until the PRM has shown better
         advantage = self.run.advantage
-        self.prm_alarm = PrmAlarm(advantage.process_gate, advantage.process_std_threshold, advantage.process_coef)
+        self.prm_alarm = PrmAlarm(
+            advantage.process_gate,
+            advantage.process_std_threshold,
+            advantage.process_coef,
+            advantage.process_std_threshold_per_token,
+        )
 
     def _compute_advantage(self, batch, metrics: dict):
         """veRL's advantage hook: the PRIME step, 0 to 4 as in the module docstring."""

@@ -67,6 +67,7 @@ class PrmAlarm:
     process_gate: float | None
     threshold: float
     process_coef: float = 1.0
+    threshold_per_token: float = 0.0
     ranking_sum: float = 0.0
     ranking_norm: float = 0.0
     recent_weights: deque = field(default_factory=lambda: deque(maxlen=UNUSED_WINDOW))
@@ -126,9 +127,14 @@ class PrmAlarm:
             )
         if signals.groups_on is not None and signals.groups_on < 1.0:
             spread = "" if signals.group_std_max is None else f", prm/process_group_std/max {signals.group_std_max:.2e}"
+            per_token = (
+                f" + process_std_threshold_per_token={self.threshold_per_token:g} × mean length"
+                if self.threshold_per_token
+                else ""
+            )
             causes.append(
                 f"{signals.groups_on:.0%} of groups reach algorithm.prime.process_std_threshold={self.threshold:g}"
-                f"{spread}"
+                f"{per_token}{spread}"
             )
         return (
             f"PRIME: the process term's effective weight (gate × share of groups over the std threshold) averaged "
