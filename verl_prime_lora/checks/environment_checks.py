@@ -38,7 +38,13 @@ import re
 import subprocess
 import sys
 
-from verl_prime_lora.config.run import has_standalone_rollout, reward_pool_gpus, rollout_pool_gpus, training_ranks
+from verl_prime_lora.config.run import (
+    has_standalone_rollout,
+    reward_pool_gpus,
+    rollout_pool_gpus,
+    trainer_loggers,
+    training_ranks,
+)
 from verl_prime_lora.config.section import PrimeConfigError, key_of
 from verl_prime_lora.config.verl_view import VerlView
 
@@ -222,9 +228,7 @@ def check_visible_gpus(view: VerlView) -> None:
 
 def check_wandb_credentials(view: VerlView) -> None:
     """`trainer.logger` with wandb: credentials, or an offline or disabled wandb."""
-    logger = view.trainer.logger
-    loggers = [logger] if isinstance(logger, str) else list(logger or [])
-    if "wandb" not in loggers:
+    if "wandb" not in trainer_loggers(view):
         return
     found, detail = run_probe(WANDB_PROBE)
     if not found:

@@ -131,6 +131,12 @@ def reference_source(view: VerlView, prm: PrmConfig, use_reference_policy: bool)
     return REF_FROZEN
 
 
+def trainer_loggers(view: VerlView) -> list[str]:
+    """The backends of `trainer.logger` (one name or a list)."""
+    logger = view.trainer.logger
+    return [str(logger)] if isinstance(logger, str) else [str(name) for name in (logger or [])]
+
+
 def resume_folder(view: VerlView) -> str | None:
     """The `global_step_N` folder veRL resumes from (mirrors PPOTrainer._load_checkpoint), or None."""
     if view.trainer.resume_mode == "auto":

@@ -115,6 +115,7 @@ def install_driver_validation(verl_config) -> None:
         from verl_prime_lora.checks.config_checks import validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
         from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
+        from verl_prime_lora.integration.wandb_run import continue_wandb_run
 
         if is_prime_run(config):
             view = verl_view(config)
@@ -123,6 +124,7 @@ def install_driver_validation(verl_config) -> None:
             check_environment(view)  # what the GPU path needs: flash-attn, cupy + NCCL, visible GPUs, wandb credentials
             check_files_and_code(run)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
             if _is_main_ppo_driver():
+                continue_wandb_run(config, verl_view(config))  # the checkpoint to resume is known now
                 reap_after_driver()  # the run's processes end with the driver, however it ends
         return original(config, *args, **kwargs)
 
