@@ -167,3 +167,31 @@ def test_the_own_data_and_reward_example_passes_the_drivers_input_checks(tmp_pat
     right = namespace["compute_score"]("my_math", "<think>2 + 3</think> \\boxed{5}", "5")
     wrong = namespace["compute_score"]("my_math", "<think>2 + 3</think> \\boxed{6}", "5")
     assert (right["score"], right["acc"], wrong["score"], wrong["acc"]) == (1.0, 1.0, 0.0, 0.0)
+
+
+def test_the_gpu_smoke_test_launches_twice_the_second_resuming_and_both_pass_the_checks(tmp_path, seed_model):
+    """`examples/run_gpu_smoke.sh` (README): with a stand-in PYTHON that records its arguments, two main_ppo launches
+    of the colocated recipe, alike but for the run length (2 steps, then 3: the resume), each composing, passing the
+    driver's checks and fitting one 80 GB GPU."""
+    import subprocess
+
+    from verl_prime_lora import preflight as pf
+    from verl_prime_lora.preflight import memory as mem
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" >> {calls}\necho --- >> {calls}\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "PYTHON": str(fake), "MODEL": str(seed_model)}
+    subprocess.run(["bash", str(REPO / "examples" / "run_gpu_smoke.sh")], check=True, env=env)
+    launches = [call.strip().splitlines() for call in calls.read_text().split("---\n") if call.strip()]
+    assert len(launches) == 2 and all(argv[:2] == ["-m", "verl.trainer.main_ppo"] for argv in launches)
+    first, resumed = (pf.compose_config(argv[2:]) for argv in launches)
+    assert (first.trainer.total_training_steps, resumed.trainer.total_training_steps) == (2, 3)
+    assert first.trainer.save_freq == 2 and first.trainer.resume_mode == resumed.trainer.resume_mode == "auto"
+    assert first.trainer.default_local_dir == resumed.trainer.default_local_dir == "checkpoints/smoke"
+    assert first.data.max_response_length == 1024 and first.trainer.n_gpus_per_node == 1
+    for cfg in (first, resumed):
+        pf.check_config(cfg)
+        report = pf.estimate(pf.layout_from_config(cfg), 80 * mem.GIB)
+        assert report.fits and len(report.gpus) == 1
