@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/operations.md", "docs/install.md")
+DOCS = ("README.md", "docs/operations.md", "docs/install.md", "docs/card.md")
 LAUNCHERS = ("verl.trainer.main_ppo", "verl_prime_lora.preflight")
 OVERRIDE = re.compile(r"^\+{0,2}[A-Za-z_][\w.\[\]]*=")
 MODEL_KEY = "actor_rollout_ref.model.path"
@@ -84,6 +84,22 @@ def printed_launches() -> list[tuple[str, list[str], float]]:
                     elif token != "...":
                         overrides.append(token)
                 found.append((where, overrides, gib))
+    return found
+
+
+def printed_script_launches() -> list[tuple[str, str, list[str]]]:
+    """(where, script, arguments) of every `bash examples/run_*.sh ...` line the docs print."""
+    found = []
+    for doc in DOCS:
+        for language, block in fenced_blocks((REPO / doc).read_text(encoding="utf-8")):
+            if language not in ("", "bash", "sh"):
+                continue
+            for number, line in logical_lines(block):
+                tokens = shlex.split(line, comments=True)
+                if "bash" in tokens and tokens.index("bash") + 1 < len(tokens):
+                    script = tokens[tokens.index("bash") + 1]
+                    if re.fullmatch(r"examples/run_(prime|grpo|gpu)[\w.]*\.sh", script):
+                        found.append((f"{doc}:{number}", script, tokens[tokens.index("bash") + 2 :]))
     return found
 
 
@@ -195,3 +211,36 @@ def test_the_gpu_smoke_test_launches_twice_the_second_resuming_and_both_pass_the
         pf.check_config(cfg)
         report = pf.estimate(pf.layout_from_config(cfg), 80 * mem.GIB)
         assert report.fits and len(report.gpus) == 1
+
+
+SCRIPT_LAUNCHES = printed_script_launches()
+
+
+def test_the_docs_print_script_launches_with_overrides():
+    assert any(where.startswith("docs/card.md") and args for where, _, args in SCRIPT_LAUNCHES)
+    assert any(script == "examples/run_gpu_smoke.sh" for _, script, _ in SCRIPT_LAUNCHES)
+
+
+@pytest.mark.parametrize("where, script, args", SCRIPT_LAUNCHES, ids=[w for w, _, _ in SCRIPT_LAUNCHES])
+def test_each_printed_script_launch_composes_passes_the_checks_and_fits(where, script, args, tmp_path, seed_model):
+    """A `bash examples/run_*.sh OVERRIDES` line as printed: the script's main_ppo command lines (a stand-in PYTHON
+    records them), with the printed overrides last, compose, pass the driver's checks and fit 80 GB GPUs."""
+    import subprocess
+
+    from verl_prime_lora import preflight as pf
+    from verl_prime_lora.preflight import memory as mem
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" >> {calls}\necho --- >> {calls}\n')
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "PYTHON": str(fake), "MODEL": str(seed_model)}
+    subprocess.run(["bash", str(REPO / script), *[a for a in args if a != "..."]], check=True, env=env)
+    launches = [call.strip().splitlines() for call in calls.read_text().split("---\n") if call.strip()]
+    assert launches, where
+    for argv in launches:
+        assert argv[:2] == ["-m", "verl.trainer.main_ppo"], where
+        cfg = pf.compose_config(argv[2:])
+        pf.check_config(cfg)
+        report = pf.estimate(pf.layout_from_config(cfg), 80 * mem.GIB)
+        assert report.fits, (where, [(gpu.title, round(gpu.total / mem.GIB, 1)) for gpu in report.gpus])

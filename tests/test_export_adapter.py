@@ -83,6 +83,26 @@ def test_exported_adapter_reproduces_the_trained_model(trained, tmp_path):
     assert (paths["merged"] / "tokenizer.json").is_file()
 
 
+def test_an_export_cut_short_leaves_no_weights_file(trained, tmp_path, monkeypatch):
+    """The weights are written under a temporary name, then renamed: a folder holding adapter_model.safetensors is a
+    finished export (examples/eval_checkpoints.sh skips those), one cut short while writing holds none."""
+    import safetensors.torch
+
+    def write_part_then_die(tensors, filename, metadata=None):
+        with open(filename, "wb") as file:
+            file.write(b"partial")
+        raise KeyboardInterrupt
+
+    checkpoint, base_path, _, _ = trained
+    monkeypatch.setattr(safetensors.torch, "save_file", write_part_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        export(checkpoint, tmp_path / "out", base_model=str(base_path))
+    assert not (tmp_path / "out" / "adapter" / "adapter_model.safetensors").exists()
+    monkeypatch.undo()
+    adapter = export(checkpoint, tmp_path / "out", base_model=str(base_path))["adapter"]
+    assert sorted(path.name for path in adapter.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+
+
 def test_not_a_checkpoint_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a veRL FSDP actor checkpoint"):
         main([str(tmp_path), "--out", str(tmp_path / "o")])

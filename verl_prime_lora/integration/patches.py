@@ -10,7 +10,8 @@ module is imported (`MODULE_PATCHES`, which also lists what each replaces), idem
    the driver right before `run_ppo` starts Ray. For a run with a PRIME trainer or estimator
    (`config.run.is_prime_run`) the wrapper runs `checks.inputs.check_devices` (a missing device is blamed as such,
    not as the micro-batch arithmetic that assumed it), `config_checks.validate_prime_config`,
-   `environment_checks.check_environment` (the packages, GPUs and credentials the configured path needs), then
+   `environment_checks.check_environment` (the packages, GPUs and credentials the configured path needs),
+   `checks.inputs.check_host_cpus` (with `ray_kwargs.ray_init.num_cpus` unset, the CPUs Ray counts here), then
    `checks.inputs.check_files_and_code` (model folders, data files, a reward dry run, agent loops, the resumed
    checkpoint), so a bad PRIME config or input fails before Ray with a message naming the key, instead of minutes
    later inside a Ray actor. The driver learns that its run is PRIME only once Hydra composed the config, after
@@ -114,7 +115,7 @@ def install_driver_validation(verl_config) -> None:
     def validate_config(config, *args, **kwargs):
         from verl_prime_lora.checks.config_checks import validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
-        from verl_prime_lora.checks.inputs import check_devices, check_files_and_code
+        from verl_prime_lora.checks.inputs import check_devices, check_files_and_code, check_host_cpus
         from verl_prime_lora.integration.wandb_run import continue_wandb_run
 
         if is_prime_run(config):
@@ -122,6 +123,7 @@ def install_driver_validation(verl_config) -> None:
             check_devices(view)  # the devices first: the config checks' micro-batch arithmetic assumes them
             run = validate_prime_config(config, check_tokenizers=False, view=view)  # the config's keys: no file read
             check_environment(view)  # what the GPU path needs: flash-attn, cupy + NCCL, visible GPUs, wandb credentials
+            check_host_cpus(view)  # num_cpus unset: the CPUs Ray will count on this machine hold the layout's actors
             check_files_and_code(run)  # model folders (+ the PRM tokenizer), data, reward dry run, checkpoint
             if _is_main_ppo_driver():
                 continue_wandb_run(config, verl_view(config))  # the checkpoint to resume is known now

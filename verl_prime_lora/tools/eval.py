@@ -31,12 +31,21 @@ Prints a table (one row per model, one column per benchmark and their average), 
 table, per model and benchmark the wall time, completion tokens and how many completions hit the length
 limit (``stats``), and every generation; optionally plots accuracy against the checkpoint's training step
 (parsed from ``global_step_N`` in the adapter path; the base model is step 0).
+
+``--out``'s folder is made before the engine starts. The JSON is rewritten after each model (base first, then
+``--adapters`` in order), atomically (a temporary file in the same folder, then ``os.replace``), so after a crash or
+Ctrl-C it is a complete report of the models scored so far: ``config`` lists every model asked for, the other
+sections hold the finished ones. ``--resume`` reads an existing ``--out``, keeps its models and scores only the rest;
+the file's settings (every option but ``--adapters``, ``--out``, ``--plot``) must equal this run's, and its models
+must be among this run's. The finished report, table and plot are then those of one uninterrupted run (apart from
+the wall times).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -47,6 +56,8 @@ import pandas as pd
 from verl_prime_lora.rewards.math_format import compute_score
 
 BASE_LABEL = "base"
+SECTIONS = ("pass@1", "stats", "generations")  # the report's per-model sections, beside its "config"
+NOT_SETTINGS = ("out", "plot", "resume")  # options that do not change a score, left out of the report's config
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
 CARD_MAX_MODEL_LEN = 32768  # eval_prime.py:61 `LLM(..., max_model_len=32768)`
 
@@ -99,7 +110,122 @@ def score_generations(rows: list[dict], outputs: list[list[str]], reward_kwargs:
     ]
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The report's ``config``: every option but those in `NOT_SETTINGS`."""
+    return {key: value for key, value in vars(args).items() if key not in NOT_SETTINGS}
+
+
+def assemble(config: dict[str, Any], labels: list[str], models: dict[str, dict]) -> dict[str, Any]:
+    """The report: ``config``, then each section with the scored models among `labels`, in `labels`' order.
+    `models` maps a label to its sections ({"pass@1": …, "stats": …, "generations": …})."""
+    done = [label for label in labels if label in models]
+    return {"config": config, **{section: {label: models[label][section] for label in done} for section in SECTIONS}}
+
+
+def write_report(path: str | Path, report: dict[str, Any]) -> None:
+    """`report` as JSON in `path`, atomically: written to a temporary file in the same folder, then moved over
+    `path` (`os.replace`), so `path` holds the previous report or this one, never a part of one."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w") as file:
+            json.dump(report, file, indent=2)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def prepare_outputs(args: argparse.Namespace) -> None:
+    """Make the folders of ``--out`` and ``--plot`` (before any model is scored); errors name the option."""
+    for option, path in (("--out", args.out), ("--plot", args.plot)):
+        if path is None:
+            continue
+        if Path(path).is_dir():
+            raise ValueError(f"{option}: {path} is a folder; give the path of a file in it")
+        folder = Path(path).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"{option}: cannot make the folder of {path}: {error}") from error
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"{option}: cannot write in {folder}, the folder of {path}")
+
+
+def resumed_models(args: argparse.Namespace) -> dict[str, dict]:
+    """The models already scored in ``--out`` ({label: sections}), checked against this run: the same settings
+    (`settings`, but ``--adapters``) and no model this run does not ask for. No file: none."""
+    path = Path(args.out)
+    if not path.is_file():
+        print(f"--resume: {path} does not exist yet; scoring every model")
+        return {}
+    try:
+        report = json.loads(path.read_text())
+        previous, scored = report["config"], report["pass@1"]
+        models = {label: {section: report[section][label] for section in SECTIONS} for label in scored}
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--resume: {path} is not a report of this tool ({type(error).__name__}: {error})") from error
+    current = settings(args)
+    differing = [
+        f"--{key} {json.dumps(previous.get(key))} (this run: {json.dumps(current.get(key))})"
+        for key in sorted(set(previous) | set(current))
+        if key != "adapters" and previous.get(key) != current.get(key)
+    ]
+    if differing:
+        raise ValueError(
+            f"--resume: {path} was scored with other settings: {'; '.join(differing)}. Run with the file's "
+            "settings to continue it, or write to another --out (or remove the file) to score every model again."
+        )
+    wanted = [BASE_LABEL, *args.adapters]
+    extra = [label for label in models if label not in wanted]
+    if extra:
+        raise ValueError(
+            f"--resume: {path} holds models this run does not ask for: {', '.join(extra)}. Give them in --adapters "
+            "(the same paths, in training order), or write to another --out."
+        )
+    if models:
+        print(f"--resume: {len(models)} of {len(wanted)} models already scored in {path}: {', '.join(models)}")
+    return models
+
+
+def score_model(llm: Any, lora: Any, data: dict[str, list[dict]], sampling: dict, args: argparse.Namespace) -> dict:
+    """One model's sections of the report: pass@1 per benchmark and their average, stats, generations."""
+    scores, stats, generations = {}, {}, {}
+    for name, rows in data.items():
+        start = time.perf_counter()
+        results = llm.chat([row["messages"] for row in rows], sampling[name], lora_request=lora, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        completions = [result.outputs for result in results]
+        outputs = [[completion.text for completion in result] for result in completions]
+        accs = score_generations(rows, outputs, {"timeout_s": args.verify_timeout})
+        scores[name] = pass_at_1(accs)
+        stats[name] = {
+            "seconds": round(seconds, 3),
+            "completions": sum(len(result) for result in completions),
+            "completion_tokens": sum(len(c.token_ids) for result in completions for c in result),
+            "truncated": sum(c.finish_reason == "length" for result in completions for c in result),
+        }
+        generations[name] = [
+            {"ground_truth": str(row["ground_truth"]), "responses": texts, "acc": acc}
+            for row, texts, acc in zip(rows, outputs, accs, strict=True)
+        ]
+    scores["average"] = sum(scores[name] for name in data) / len(data)
+    return {"pass@1": scores, "stats": stats, "generations": generations}
+
+
+def evaluate(
+    args: argparse.Namespace, scored: dict[str, dict] | None = None, out: str | Path | None = None
+) -> dict[str, Any]:
+    """The report of the base model and every adapter. Models in `scored` ({label: sections}, from `--resume`)
+    are kept, not scored again; with `out`, the report so far is written there after each model (once, when every
+    model was scored already)."""
+    config, labels = settings(args), [BASE_LABEL, *args.adapters]
+    models = dict(scored or {})
+    if all(label in models for label in labels):
+        if out is not None:
+            write_report(out, assemble(config, labels, models))
+        return assemble(config, labels, models)
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
@@ -126,38 +252,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         ]
         for name, rows in data.items()
     }
-    models = [(BASE_LABEL, None)] + [
-        (adapter, LoRARequest(f"adapter{i}", i + 1, str(Path(adapter).resolve())))
-        for i, adapter in enumerate(args.adapters)
+    loras = [None] + [
+        LoRARequest(f"adapter{i}", i + 1, str(Path(adapter).resolve())) for i, adapter in enumerate(args.adapters)
     ]
-    table, stats, generations = {}, {}, {}
-    for label, lora in models:
-        table[label], stats[label], generations[label] = {}, {}, {}
-        for name, rows in data.items():
-            start = time.perf_counter()
-            results = llm.chat([row["messages"] for row in rows], sampling[name], lora_request=lora, use_tqdm=False)
-            seconds = time.perf_counter() - start
-            completions = [result.outputs for result in results]
-            outputs = [[completion.text for completion in result] for result in completions]
-            accs = score_generations(rows, outputs, {"timeout_s": args.verify_timeout})
-            table[label][name] = pass_at_1(accs)
-            stats[label][name] = {
-                "seconds": round(seconds, 3),
-                "completions": sum(len(result) for result in completions),
-                "completion_tokens": sum(len(c.token_ids) for result in completions for c in result),
-                "truncated": sum(c.finish_reason == "length" for result in completions for c in result),
-            }
-            generations[label][name] = [
-                {"ground_truth": str(row["ground_truth"]), "responses": texts, "acc": acc}
-                for row, texts, acc in zip(rows, outputs, accs, strict=True)
-            ]
-        table[label]["average"] = sum(table[label][name] for name in data) / len(data)
-    return {
-        "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")},
-        "pass@1": table,
-        "stats": stats,
-        "generations": generations,
-    }
+    for label, lora in zip(labels, loras, strict=True):
+        if label in models:
+            continue
+        models[label] = score_model(llm, lora, data, sampling, args)
+        if out is not None:
+            write_report(out, assemble(config, labels, models))
+    return assemble(config, labels, models)
 
 
 def format_table(table: dict[str, dict[str, float]]) -> str:
@@ -222,7 +326,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tensor_parallel_size", type=int, default=1)
     parser.add_argument("--enforce_eager", action="store_true")
     parser.add_argument("--verify_timeout", type=float, default=10.0, help="seconds per math-verify check")
-    parser.add_argument("--out", default="eval_results.json")
+    parser.add_argument(
+        "--out", default="eval_results.json", help="JSON report, rewritten after each model (its folder is made)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the models already scored in --out (same settings required) and score only the rest",
+    )
     parser.add_argument("--plot", default=None, help="PNG of accuracy over checkpoints")
     args = parser.parse_args(argv)
     if args.max_model_len is None:
@@ -241,9 +352,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    report = evaluate(args)
+    prepare_outputs(args)
+    report = evaluate(args, resumed_models(args) if args.resume else None, out=args.out)
     print(format_table(report["pass@1"]))
-    Path(args.out).write_text(json.dumps(report, indent=2))
     if args.plot:
         plot_accuracy(report["pass@1"], args.plot)
     return report

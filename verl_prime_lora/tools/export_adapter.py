@@ -6,7 +6,9 @@ veRL's trainer saves FSDP shards (``actor/model_world_size_W_rank_R.pt``), not a
 every rank's shard (`verl_prime_lora.tools.checkpoints.full_state`) and leaves
 
 * ``OUT/adapter``: ``adapter_config.json`` + ``adapter_model.safetensors``, usable as the seed
-  documents it — ``PeftModel.from_pretrained(base, OUT/adapter).merge_and_unload()``;
+  documents it — ``PeftModel.from_pretrained(base, OUT/adapter).merge_and_unload()``. The weights are written
+  last, under a temporary name that is then renamed, so a folder holding both files is a finished export (what
+  examples/eval_checkpoints.sh checks before it skips one);
 * ``OUT/merged`` (with ``--merged``): the base model with the adapter merged in, plus the tokenizer.
 
 The adapter keeps the checkpoint's precision (the actor's fp32 master weights): veRL's own merger
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -107,7 +110,9 @@ def export(
         base_model_name_or_path=base_model,
     )
     config.save_pretrained(paths["adapter"])
-    save_file(lora, paths["adapter"] / "adapter_model.safetensors", metadata={"format": "pt"})
+    weights = paths["adapter"] / "adapter_model.safetensors"
+    save_file(lora, weights.with_name(weights.name + ".tmp"), metadata={"format": "pt"})
+    os.replace(weights.with_name(weights.name + ".tmp"), weights)  # last and whole: its presence marks the folder done
     if merged:
         paths["merged"] = out / "merged"
         base = base_model or str(actor / "huggingface")
