@@ -109,7 +109,8 @@ class FakeSave(PrimeTrainerMixin, VerlSave):
             }
         )
         self.run = run_config(self.config)
-        self.global_steps, self.prm_pairwise_ema, self.fail = step, 0.5, fail
+        self.global_steps, self.fail = step, fail
+        self.prime_step = SimpleNamespace(state_dict=lambda: {"prm_pairwise_ema": 0.5})
         self.watchdog = SimpleNamespace(enter=lambda *args: None)
         self.prm = SimpleNamespace(save=self._save_prm)
         self.keep_seen = []

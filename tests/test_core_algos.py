@@ -680,32 +680,6 @@ def test_ranking_z_of_a_perfect_ranking_and_of_chance():
     assert (draws > 3.09).float().mean().item() < 0.004  # the one-sided p < 0.001 bound holds
 
 
-@pytest.mark.parametrize(
-    "acc, full_at, weight",
-    [
-        (0.3, 0.75, 0.0),
-        (0.5, 0.75, 0.0),
-        (0.625, 0.75, 0.5),
-        (0.75, 0.75, 1.0),
-        (0.9, 0.75, 1.0),
-        (0.55, 0.6, 0.5),
-        (0.2, None, 1.0),
-        (1.0, 1.0, 1.0),
-    ],
-)
-def test_process_gate_weight(acc, full_at, weight):
-    assert ca.process_gate_weight(acc, full_at) == pytest.approx(weight)
-
-
-def test_gate_ema_needs_several_steps_of_evidence():
-    """One lucky step (a = 1) moves the running mean from chance by 0.05 only; ten steady steps at 0.9 open it."""
-    assert ca.process_gate_weight(ca.ema(0.5, 1.0, ca.GATE_EMA_DECAY), 0.75) == pytest.approx(0.2)
-    running = 0.5
-    for _ in range(10):
-        running = ca.ema(running, 0.9, ca.GATE_EMA_DECAY)
-    assert running == pytest.approx(0.9 - 0.4 * 0.9**10) and ca.process_gate_weight(running, 0.75) > 0.9
-
-
 @settings(max_examples=40, deadline=None)
 @given(batch=batches, w=st.floats(0.0, 1.0), name=st.sampled_from(["prime_grpo", "prime_rloo"]))
 def test_process_scale_interpolates_between_outcome_only_and_full(batch, w, name):

@@ -1,7 +1,7 @@
-"""The PRIME step as the trainer wires it, without Ray: `PrimeTrainerMixin._compute_advantage` (the batch's
-accounting, the PRM's forward and update, the rewards, `_advantage_step`: `prime_step.PrimeStep`) over an in-memory
-TransferQueue and a stand-in for the PRM worker group (`prm_worker.ImplicitPRM`), and the gate's state through
-`_save_checkpoint` / `_load_checkpoint`.
+"""The PRIME step as the trainer wires it, without Ray: `prime_step.PrimeStep.compute_advantage` (the batch's
+accounting, the PRM's forward and update, the rewards, the advantage), the step built directly from the run's typed
+config over an in-memory TransferQueue and a stand-in for the PRM worker group (`prm_worker.ImplicitPRM`), and the
+step's state through the trainer's `_save_checkpoint` / `_load_checkpoint`.
 
 What these pin is the wiring between parts that have tests of their own: the process gate's weight and the process
 term's sign reach the advantages written back to TransferQueue (checked against a float64 computation written out
@@ -181,17 +181,17 @@ def colocated(*overrides):
 
 
 @dataclass
-class PrimeStep:
-    """A trainer set up for one PRIME step over `rows`, with its stand-ins; `run()` makes the step."""
+class OneStep:
+    """A PRIME step set up over `rows`, with its stand-ins; `run()` makes it."""
 
     tq: FakeTransferQueue
     prm: FakePRM
-    trainer: "StepTrainer"
+    step: prime_step_module.PrimeStep
     metrics: dict = field(default_factory=dict)
 
-    def run(self) -> "PrimeStep":
+    def run(self) -> "OneStep":
         batch = Batch(self.tq.keys, tags=[{}] * len(self.tq.keys))
-        self.trainer._compute_advantage(batch, self.metrics)
+        self.step.compute_advantage(batch, self.metrics, prime_step_module.StepContext(global_step=STEP))
         return self
 
     def advantages_written(self) -> bool:
@@ -207,27 +207,26 @@ class VerlTrainer:
 
 
 class StepTrainer(trainer_module.PrimeTrainerMixin, VerlTrainer):
-    """The PRIME trainer over `VerlTrainer`: its `__init__` is the mixin's own (the run's config view, the gate's
-    running mean, whatever else it sets up), only veRL's part is left out."""
+    """The PRIME trainer over `VerlTrainer`: its `__init__` is the mixin's own, only veRL's part is left out."""
 
 
-def prime_step(monkeypatch, rows: list[Row], *overrides, ema=0.5, update_metrics=None) -> PrimeStep:
-    """The trainer of a PRIME step on `rows` (groups of 2, one prompt per uid) with the colocated recipe and
-    `overrides`, its TransferQueue and PRM replaced by the stand-ins above, the gate's running mean at `ema`."""
+def prime_step(monkeypatch, rows: list[Row], *overrides, ema=0.5, update_metrics=None) -> OneStep:
+    """A PRIME step on `rows` (groups of 2, one prompt per uid) with the colocated recipe and `overrides`, built from
+    the run's typed config, its TransferQueue and PRM replaced by the stand-ins above, the gate's running mean at
+    `ema` (through its state, as a checkpoint would load it)."""
     fake_tq = FakeTransferQueue(rows)
     monkeypatch.setattr(prime_step_module.tq, "kv_batch_get", fake_tq.kv_batch_get)
     monkeypatch.setattr(prime_step_module.tq, "kv_batch_put", fake_tq.kv_batch_put)
     prompts = len({row.uid for row in rows})
-    trainer = StepTrainer(
-        colocated(f"data.train_batch_size={prompts}", "actor_rollout_ref.rollout.n=2", *REFERENCE_OPTIONS, *overrides)
+    config = colocated(
+        f"data.train_batch_size={prompts}", "actor_rollout_ref.rollout.n=2", *REFERENCE_OPTIONS, *overrides
     )
-    assert trainer.prm_pairwise_ema == 0.5  # as a run starts
-    trainer.parameter_sync_step, trainer.global_steps, trainer.tokenizer = 1, STEP, None
-    trainer.prm = FakePRM(fake_tq, rows, update_metrics)
-    trainer.prm_reference = REF_FROZEN  # the frozen copy's log-probs: `FakePRM.reference_log_probs`
-    trainer.prm_dropout, trainer.prm_fp32, trainer.prm_adapter_forwarded = 1.0, True, True  # no capture
-    trainer.prm_pairwise_ema = ema
-    return PrimeStep(fake_tq, trainer.prm, trainer)
+    prm = FakePRM(fake_tq, rows, update_metrics)
+    # the frozen copy's log-probs (`FakePRM.reference_log_probs`); dropout in the PRM: no capture from the update
+    step = prime_step_module.PrimeStep(run_config(config), prm, REF_FROZEN, prm_dropout=1.0, prm_fp32=True)
+    assert step.state_dict() == {"prm_pairwise_ema": 0.5}  # as a run starts
+    step.load_state_dict({"prm_pairwise_ema": ema})
+    return OneStep(fake_tq, prm, step)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,7 +303,7 @@ def test_the_gate_weight_scales_the_process_part_of_the_written_advantages(monke
     gate = (ema - 0.5) / (0.75 - 0.5)
     assert 0.5 < gate < 0.6
     assert metrics["prm/dpo_acc_before_mixed"] == 1.0
-    assert step.trainer.prm_pairwise_ema == pytest.approx(ema, abs=1e-12)
+    assert step.step.gate.pairwise_ema == pytest.approx(ema, abs=1e-12)
     assert metrics["prm/process_gate"] == pytest.approx(gate, abs=1e-12)
     expected = reference_advantages(MIXED, gate, mode)
     written = fake_tq.written("advantages")
@@ -473,9 +472,10 @@ class CheckpointedTrainer(trainer_module.PrimeTrainerMixin, VerlCheckpoint):
             }
         )
         self.run = run_config(self.config)
-        self.global_steps, self.prm_pairwise_ema = 0, 0.5
+        self.global_steps = 0
         self.watchdog = trainer_module.StepWatchdog()
         self.prm = RecordingPRM()
+        self.prime_step = prime_step_module.PrimeStep(self.run, self.prm, REF_FROZEN, prm_dropout=0.0, prm_fp32=True)
 
 
 class RecordingPRM:
@@ -495,15 +495,16 @@ def test_the_gate_state_saved_at_a_step_is_the_one_a_resume_restores(tmp_path):
     """A distinctive running mean (0.8125, not the ½ a fresh trainer starts from) saved with step 3's checkpoint
     is the one a resumed trainer holds after `_load_checkpoint`, beside the PRM restored from that step."""
     saved = CheckpointedTrainer(tmp_path)
-    saved.global_steps, saved.prm_pairwise_ema = 3, 0.8125
+    saved.global_steps = 3
+    saved.prime_step.load_state_dict({"prm_pairwise_ema": 0.8125})
     saved._save_checkpoint()
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "3"
 
     resumed = CheckpointedTrainer(tmp_path)
-    assert resumed.prm_pairwise_ema == 0.5
+    assert resumed.prime_step.gate.pairwise_ema == 0.5
     resumed._load_checkpoint()
     assert resumed.global_steps == 3
-    assert resumed.prm_pairwise_ema == 0.8125
+    assert resumed.prime_step.gate.pairwise_ema == 0.8125
     assert saved.prm.calls == [("save", str(tmp_path / "global_step_3" / "prm"))]
     assert resumed.prm.calls == [("load", str(tmp_path / "global_step_3" / "prm"))]
 
@@ -512,7 +513,7 @@ def test_a_fresh_start_keeps_the_gate_at_one_half(tmp_path):
     """No checkpoint to resume (step 0): the gate's mean stays ½ and no PRM state is loaded."""
     fresh = CheckpointedTrainer(tmp_path)
     fresh._load_checkpoint()
-    assert (fresh.global_steps, fresh.prm_pairwise_ema, fresh.prm.calls) == (0, 0.5, [])
+    assert (fresh.global_steps, fresh.prime_step.gate.pairwise_ema, fresh.prm.calls) == (0, 0.5, [])
 
 
 def test_the_rankings_read_the_outcome_while_the_prm_trains_on_its_own_label(monkeypatch):
@@ -535,7 +536,7 @@ def test_a_step_that_extends_evidence_of_an_inverted_ranking_logs_the_alert_and_
     effective weight (gate × share of groups on), and one warning."""
     rows = [Row(r.uid, r.acc, r.ref, before=list(r.ref), after=r.after) for r in MIXED]
     fake = prime_step(monkeypatch, rows)
-    fake.trainer.prm_alarm.ranking_sum, fake.trainer.prm_alarm.ranking_norm = -10.0, 1.0
+    fake.step.alarm.ranking_sum, fake.step.alarm.ranking_norm = -10.0, 1.0
     with caplog.at_level("WARNING", logger=prime_step_module.logger.name):
         step = fake.run()
     assert step.metrics["prm/ranking_z_before"] == 0.0
@@ -545,3 +546,24 @@ def test_a_step_that_extends_evidence_of_an_inverted_ranking_logs_the_alert_and_
         step.metrics["prm/process_gate"] * step.metrics["prm/process_groups_on"]
     )
     assert sum("PRIME: the PRM ranks fresh responses below chance" in r.message for r in caplog.records) == 1
+
+
+def test_the_trainers_advantage_hook_hands_the_step_what_it_reads_of_veRL():
+    """`_compute_advantage` delegates to the step it owns, with the step number, the weight-sync cadence, the timing
+    dict, the tokenizer, the actor's worker group and the KL controller of veRL's trainer as a `StepContext`."""
+    trainer = StepTrainer(colocated())
+    assert trainer.prime_step is None and trainer.prm_reference  # built with the PRM, once the pools exist
+    seen = []
+
+    class Step:
+        def compute_advantage(self, batch, metrics, context):
+            seen.append((batch, metrics, context))
+            return "written back"
+
+    trainer.prime_step = Step()
+    trainer.global_steps, trainer.parameter_sync_step, trainer.timing_raw = 7, 2, {"gen": 1.0}
+    trainer.tokenizer, trainer.actor_rollout_wg, trainer.kl_ctrl_in_reward = "tok", "actor", "kl"
+    assert trainer._compute_advantage("batch", {"m": 1}) == "written back"
+    [(batch, metrics, context)] = seen
+    assert (batch, metrics) == ("batch", {"m": 1})
+    assert context == prime_step_module.StepContext(7, 2, {"gen": 1.0}, "tok", "actor", "kl")

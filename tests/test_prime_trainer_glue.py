@@ -31,6 +31,7 @@ from verl_prime_lora.algo.prm_metrics import (
     process_reward_stats,
     process_spread_metrics,
 )
+from verl_prime_lora.algo.process_gate import ProcessGate
 from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.config import prime_config
@@ -46,7 +47,7 @@ from verl_prime_lora.config.run import (
     resume_folder,
 )
 from verl_prime_lora.config.verl_view import algorithm_view, model_view, verl_view
-from verl_prime_lora.integration.prime_step import prime_advantages
+from verl_prime_lora.integration.prime_step import PrimeStep, StepContext, prime_advantages
 from verl_prime_lora.integration.prm_loss import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
@@ -568,21 +569,27 @@ def test_prime_trainers_present_their_verl_mode():
     assert get_trainer_cls("prime_separate_async") is PrimeTrainerSeparateAsync
 
 
+def _trainer_with_gate(pairwise_ema: float) -> PrimeTrainerSync:
+    """A trainer whose step holds only its gate, at `pairwise_ema`."""
+    trainer = object.__new__(PrimeTrainerSync)
+    trainer.prime_step = object.__new__(PrimeStep)
+    trainer.prime_step.gate = ProcessGate(0.75)
+    trainer.prime_step.gate.pairwise_ema = pairwise_ema
+    return trainer
+
+
 def test_the_process_gate_state_is_saved_and_restored(tmp_path, caplog):
-    """The gate's running mean travels with the checkpoint: a resumed run continues it, not ½ again."""
-    saved = object.__new__(PrimeTrainerSync)
-    saved.prm_pairwise_ema = 0.73
+    """The gate's running mean travels with the checkpoint through the step's state: a resumed run continues it,
+    not ½ again."""
     path = prime_state_file(str(tmp_path / "global_step_4"))
-    saved._save_prime_state(path)
-    resumed = object.__new__(PrimeTrainerSync)
-    resumed.prm_pairwise_ema = 0.5  # as __init__ leaves it
+    _trainer_with_gate(0.73)._save_prime_state(path)
+    resumed = _trainer_with_gate(0.5)  # as a run starts
     resumed._load_prime_state(path)
-    assert resumed.prm_pairwise_ema == 0.73
-    older = object.__new__(PrimeTrainerSync)
-    older.prm_pairwise_ema = 0.5
+    assert resumed.prime_step.gate.pairwise_ema == 0.73
+    older = _trainer_with_gate(0.5)
     with caplog.at_level("WARNING"):
         older._load_prime_state(str(tmp_path / "global_step_1" / "prime_state.json"))  # a checkpoint without it
-    assert older.prm_pairwise_ema == 0.5 and "the gate restarts at 1/2" in caplog.text
+    assert older.prime_step.gate.pairwise_ema == 0.5 and "the gate restarts at 1/2" in caplog.text
 
 
 def test_resume_folder_and_prm_nesting(tmp_path, monkeypatch):
@@ -674,7 +681,7 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
             }
         )
     )
-    r, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
+    r, metrics, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
     assert all(math.isfinite(v) for v in metrics.values())
     assert torch.all(r[5] == 0)
     assert torch.all(r[mask.bool()] != 0)  # a process part on every valid token: the check below covers it
@@ -682,7 +689,7 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     assert torch.all(adv[5] == 0)
 
     perm = [4, 2, 5, 0, 3, 1]  # veRL's _balance_batch reorders rows
-    r_p, metrics_p = prm_rewards_and_metrics(
+    r_p, metrics_p, _ = prm_rewards_and_metrics(
         prm[perm], prm[perm], ref[perm], mask[perm], labels[perm], np.array([uid[i] for i in perm], dtype=object), 0.05
     )
     adv_p, _ = prime_advantages(algo, scores[perm], mask[perm], np.array([uid[i] for i in perm], dtype=object), r_p)
@@ -690,7 +697,7 @@ def test_advantages_follow_uid_groups_and_ignore_padding(estimator):
     assert metrics_p == pytest.approx(metrics)  # labels travel with their rows
 
     # the gate's weight reaches the estimator: 0 gives the outcome-only advantage
-    r_prm, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
+    r_prm, _, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, np.array(uid, dtype=object), 0.05)
     full, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r_prm)
     gated, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), r_prm, process_scale=0.0)
     outcome_only, _ = prime_advantages(algo, scores, mask, np.array(uid, dtype=object), torch.zeros_like(r))
@@ -706,8 +713,8 @@ def test_the_metrics_show_what_reached_the_advantage():
         OmegaConf.create({"adv_estimator": "prime_grpo", "gamma": 1.0, "prime": {"process_std_threshold": 0.01}})
     )
     options = advantage_config(algo.node)
-    untrained, _ = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05)  # PRM == reference
-    trained, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
+    untrained, _, _ = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05)  # PRM == reference
+    trained, _, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
 
     quiet = process_spread_metrics(untrained, mask, uid, options, "prime_grpo")
     assert quiet == {
@@ -731,18 +738,20 @@ def test_the_metrics_show_what_reached_the_advantage():
 def test_prm_metrics_before_and_after_the_update():
     prm, ref, mask, labels, uid, _ = _step_tensors()
     uid = np.array(uid, dtype=object)
-    _, m0 = prm_rewards_and_metrics(ref, ref, ref, mask, labels, uid, 0.05, {"loss": 0.7, "grad_norm": 1.0, "lr": 1e-6})
+    _, m0, _ = prm_rewards_and_metrics(
+        ref, ref, ref, mask, labels, uid, 0.05, {"loss": 0.7, "grad_norm": 1.0, "lr": 1e-6}
+    )
     assert m0["prm/ce_loss"] == pytest.approx(math.log(2))  # PRM == reference: z = 0
     assert m0["prm/update_loss"] == 0.7 and m0["prm/grad_norm"] == 1.0 and m0["prm/lr"] == 1e-6
     # a PRM that ranks the correct answer higher: group a (labels 1, 0) is right after the update;
     # groups b (1, 1) and c (one row) have no pair and count 1/2 (core_algos' convention)
     better = ref + 0.5 * labels[:, None] * mask
-    _, m1 = prm_rewards_and_metrics(ref, better, ref, mask, labels, uid, 0.05)
+    _, m1, _ = prm_rewards_and_metrics(ref, better, ref, mask, labels, uid, 0.05)
     assert m1["prm/dpo_acc_before"] == pytest.approx(0.5)
     assert m1["prm/dpo_acc"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)
     assert m1["prm/dpo_acc_mixed"] == pytest.approx(1.0)  # over group a only, the one with a right and a wrong
     assert m1["prm/dpo_acc_before_mixed"] == pytest.approx(0.5)  # the gate's input: the PRM before the update
-    _, m2 = prm_rewards_and_metrics(better, better, ref, mask, labels, uid, 0.05)
+    _, m2, _ = prm_rewards_and_metrics(better, better, ref, mask, labels, uid, 0.05)
     assert m2["prm/dpo_acc_before_mixed"] == pytest.approx(1.0)  # group a only: b and c hold no pair
 
 
@@ -753,7 +762,7 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     # a PRM that raised right answers' tokens by 0.1 nats, and lowered every token by 0.5
     drifted = ref + (0.1 * labels[:, None] - 0.5) * mask
     wrong_up = ref + 0.3 * (1 - labels[:, None]) * mask  # a policy that moved towards the wrong answers
-    _, m = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05)
+    _, m, _ = prm_rewards_and_metrics(drifted, drifted, ref, mask, labels, uid, 0.05)
     m.update(prm_diagnostics(drifted, ref, mask, labels, uid, 0.05, policy=wrong_up))
     assert m["prm/token_log_ratio_mean"] == pytest.approx(0.1 * 11 / 19 - 0.5)  # 11 of 19 tokens are right ones
     assert m["prm/length_pairwise_mixed"] == 1.0  # the right answer is the longer one
@@ -873,15 +882,16 @@ def test_prm_gradient_is_the_same_on_one_rank_and_on_two(rows, micro_1, micro_2,
     torch.testing.assert_close(two_ranks, theta.grad, rtol=1e-4, atol=1e-6)
 
 
-def _trainer_with_process_rewards_fn(fn) -> PrimeTrainerSync:
-    trainer = object.__new__(PrimeTrainerSync)
-    trainer.run = SimpleNamespace(
+STEP_3 = StepContext(global_step=3)
+
+
+def _step_with_process_rewards_fn(fn) -> PrimeStep:
+    step = object.__new__(PrimeStep)
+    step.run = SimpleNamespace(
         process_rewards_fn=fn,
         prime=SimpleNamespace(process_rewards_fn=SimpleNamespace(name=getattr(fn, "__name__", "fn"))),
     )
-    trainer.tokenizer = None
-    trainer.global_steps = 3
-    return trainer
+    return step
 
 
 def test_a_process_rewards_fn_replaces_the_prm_rewards_masked():
@@ -896,7 +906,7 @@ def test_a_process_rewards_fn_replaces_the_prm_rewards_masked():
         process_rewards.fill_(0)  # the function gets a copy: the PRM's rewards stay as they were
         return -torch.ones(3, 4)
 
-    replaced = _trainer_with_process_rewards_fn(flip)._replaced_process_rewards(data, step, rewards, mask)
+    replaced = _step_with_process_rewards_fn(flip)._replaced_process_rewards(data, step, rewards, mask, STEP_3)
     assert torch.equal(replaced, -mask) and replaced.dtype == torch.float64
     assert torch.equal(seen["responses"], data.batch["responses"]) and seen["infos"] == step.reward_infos
     assert rewards.abs().sum() > 0
@@ -913,17 +923,17 @@ def test_a_process_rewards_fn_replaces_the_prm_rewards_masked():
 def test_a_process_rewards_fn_that_returns_the_wrong_thing_stops_the_step(result, message):
     rewards, mask = torch.zeros(3, 4), torch.ones(3, 4)
     data = DataProto.from_dict({"responses": torch.zeros(3, 4, dtype=torch.long)})
-    trainer = _trainer_with_process_rewards_fn(lambda **kwargs: result)
+    step = _step_with_process_rewards_fn(lambda **kwargs: result)
     with pytest.raises((PrimeConfigError, NonFiniteError), match=message) as err:
-        trainer._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}] * 3), rewards, mask)
+        step._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}] * 3), rewards, mask, STEP_3)
     assert str(err.value).startswith("prime.process_rewards_fn")
 
 
 def test_what_a_process_rewards_fn_puts_on_padding_never_reaches_the_advantage():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    trainer = _trainer_with_process_rewards_fn(lambda **kwargs: torch.tensor([[1.0, 2.0, math.nan]]))
+    step = _step_with_process_rewards_fn(lambda **kwargs: torch.tensor([[1.0, 2.0, math.nan]]))
     data = DataProto.from_dict({"responses": torch.zeros(1, 3, dtype=torch.long)})
-    replaced = trainer._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}]), torch.zeros(1, 3), mask)
+    replaced = step._replaced_process_rewards(data, SimpleNamespace(reward_infos=[{}]), torch.zeros(1, 3), mask, STEP_3)
     assert torch.equal(replaced, torch.tensor([[1.0, 2.0, 0.0]]))
 
 

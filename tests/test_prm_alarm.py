@@ -8,9 +8,9 @@ from statistics import NormalDist
 import pytest
 import torch
 
-from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, process_gate_weight
 from verl_prime_lora.algo.implicit_prm import prm_ranking_z
 from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
+from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, process_gate_weight
 from verl_prime_lora.integration.prm_alarm import (
     EFFECTIVE_WEIGHT_METRIC,
     RANKING_METRIC,
@@ -214,7 +214,7 @@ def test_a_prm_that_orders_its_labels_but_not_the_outcome_ranks_below_chance(out
     ref = torch.zeros(4, 3)
     prm = torch.tensor([[1.0] * 3, [-1.0] * 3, [0.5] * 3, [-0.5] * 3])
     uid = ["g"] * 4
-    _, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05, outcomes=outcomes)
+    _, metrics, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05, outcomes=outcomes)
     ranking = 1.0 if outcomes is None else 0.0
     assert metrics["prm/dpo_acc_before_mixed"] == ranking and metrics["prm/dpo_acc_mixed"] == ranking
     assert metrics["prm/classification_acc"] == 1.0  # the fit to its own labels is measured against them

@@ -464,12 +464,12 @@ def test_prm_metrics_leave_out_failed_rows_but_their_process_rewards_stay():
     labels = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0])
     uid = np.array(["a", "a", "a", "b", "b"], dtype=object)
     labelled = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])  # row 2: the reward failed (label unknown)
-    rewards, metrics = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05, labelled=labelled)
+    rewards, metrics, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05, labelled=labelled)
     keep = [0, 1, 3, 4]
-    _, without = prm_rewards_and_metrics(prm[keep], prm[keep], ref[keep], mask[keep], labels[keep], uid[keep], 0.05)
+    _, without, _ = prm_rewards_and_metrics(prm[keep], prm[keep], ref[keep], mask[keep], labels[keep], uid[keep], 0.05)
     assert metrics == pytest.approx(without)
     assert torch.all(rewards[2] != 0)  # the actor still gets the failed row's process rewards
-    _, with_it = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
+    _, with_it, _ = prm_rewards_and_metrics(prm, prm, ref, mask, labels, uid, 0.05)
     assert with_it["prm/ce_loss"] != pytest.approx(metrics["prm/ce_loss"])  # the test can tell the difference
     assert all(math.isfinite(v) for v in metrics.values())
 
@@ -510,25 +510,23 @@ def test_prompt_filter_never_evicts_a_group_with_a_failed_reward(monkeypatch):
 
 
 def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
-    """`_compute_advantage` accounts for the batch first: a stop costs no PRM or reference forward."""
+    """The step accounts for the batch first: a stop costs no PRM or reference forward."""
     from types import SimpleNamespace
 
-    import verl_prime_lora.integration.trainer as trainer_module
+    from verl_prime_lora.config.run import REF_FROZEN
     from verl_prime_lora.integration import prime_step
 
     keys, is_padding, fields = _batch()
     monkeypatch.setattr(prime_step.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
-    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
-    trainer.watchdog = trainer_module.StepWatchdog()
-    trainer.run = run_config(colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3"))
-    trainer.parameter_sync_step, trainer.global_steps = 1, 4
-    trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
-    trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")
+    run = run_config(colocated("data.train_batch_size=3", "actor_rollout_ref.rollout.n=3"))
+    prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
+    step = prime_step.PrimeStep(run, prm, REF_FROZEN, prm_dropout=0.0, prm_fp32=True)
+    step._prm_reference_log_probs = lambda batch, context: forwards.append("ref")
     batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{"is_padding": p} for p in is_padding])
     metrics = {}
     with pytest.raises(RolloutFailureError, match="step 4 lost 5 of 9 rollouts"):
-        trainer._compute_advantage(batch, metrics)
+        step.compute_advantage(batch, metrics, prime_step.StepContext(global_step=4))
     assert forwards == [] and metrics["prime/dropped_rollouts_total"] == 4.0
 
 
@@ -639,26 +637,24 @@ def test_a_step_whose_every_reward_is_non_finite_stops_whatever_the_ratio():
 
 
 def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatch, caplog):
-    """The trainer's accounting names the reward function of its config; nothing reaches the PRM."""
+    """The step's accounting names the reward function of its config; nothing reaches the PRM."""
     from types import SimpleNamespace
 
-    import verl_prime_lora.integration.trainer as trainer_module
+    from verl_prime_lora.config.run import REF_FROZEN
     from verl_prime_lora.integration import prime_step
 
     keys = ["a_0_0", "a_1_0", "a_2_0"]
     fields = [_unusable()] * 3
     monkeypatch.setattr(prime_step.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
     forwards = []
-    trainer = trainer_module.PrimeTrainerMixin.__new__(trainer_module.PrimeTrainerMixin)
-    trainer.watchdog = trainer_module.StepWatchdog()
-    trainer.run = run_config(
+    run = run_config(
         colocated("data.train_batch_size=1", "actor_rollout_ref.rollout.n=3", "prime.max_failed_rollout_ratio=1.0")
     )
-    trainer.parameter_sync_step, trainer.global_steps = 1, 2
-    trainer.prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
-    trainer._prm_reference_log_probs = lambda batch: forwards.append("ref")
+    prm = SimpleNamespace(log_probs=lambda batch: forwards.append("prm"))
+    step = prime_step.PrimeStep(run, prm, REF_FROZEN, prm_dropout=0.0, prm_fp32=True)
+    step._prm_reference_log_probs = lambda batch, context: forwards.append("ref")
     batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{}] * 3)
     fn = "pkg://verl_prime_lora.rewards.math_format:compute_score"  # the recipe's
     with pytest.raises(RolloutFailureError, match=rf"^reward\.custom_reward_function\.path: step 2: .*{fn} gave"):
-        trainer._compute_advantage(batch, {})
+        step.compute_advantage(batch, {}, prime_step.StepContext(global_step=2))
     assert forwards == []

@@ -14,9 +14,13 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 
+from verl_prime_lora.algo.prm_metrics import HeldOutRanking
+from verl_prime_lora.config import run_config
+from verl_prime_lora.config.run import REF_FROZEN
 from verl_prime_lora.integration import advantage_writeback
 from verl_prime_lora.integration import trainer as trainer_module
 from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
+from verl_prime_lora.integration.prime_step import PrimeStep, StepContext
 from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
 
@@ -183,24 +187,12 @@ def colocated(*overrides):
         return compose("ppo_trainer", overrides=overrides)
 
 
-class VerlTrainer:
-    """veRL's `PPOTrainer.__init__`, as far as the PRIME mixin's own `__init__` reads it."""
-
-    def __init__(self, config):
-        self.config, self.use_reference_policy = config, False
-
-
-class PrimeTrainerWithoutVerl(trainer_module.PrimeTrainerMixin, VerlTrainer):
-    """The PRIME trainer built by its own `__init__`, veRL's part left out."""
-
-
 def test_non_finite_advantages_are_not_written_back(monkeypatch):
     """A NaN reward that bypassed the reward guard (here: in rm_scores) stops in `_advantage_step`, before
     TransferQueue gets the advantages."""
     written = []
     monkeypatch.setattr(advantage_writeback.tq, "kv_batch_put", lambda **kw: written.append(kw))
-    trainer = PrimeTrainerWithoutVerl(colocated())  # the mixin's own __init__: every attribute a step reads
-    trainer.global_steps = 6
+    step = PrimeStep(run_config(colocated()), prm=None, reference=REF_FROZEN, prm_dropout=0.0, prm_fp32=True)
     mask = torch.ones(4, 3)
     scores = torch.zeros(4, 3)
     scores[1, -1] = math.nan
@@ -209,9 +201,10 @@ def test_non_finite_advantages_are_not_written_back(monkeypatch):
         non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
     )
     batch = SimpleNamespace(keys=["a_0_0", "a_1_0", "b_0_0", "b_1_0"], partition_id="train")
-    metrics = {"prm/dpo_acc_before_mixed": 0.5, "prm/ranking_z_before": 0.0}
     with pytest.raises(
         NonFiniteError, match=r"^algorithm\.adv_estimator: step 6: the advantages of prime_grpo are NaN"
     ):
-        trainer._advantage_step(batch, data, None, torch.zeros(4, 3), metrics)
+        step._advantage_step(
+            batch, data, None, torch.zeros(4, 3), HeldOutRanking(0.5, 0.0), {}, StepContext(global_step=6)
+        )
     assert written == []

@@ -31,7 +31,7 @@ import torch
 from loop_runs import TEST_RUN_ENV, assert_rollouts_sampled_by_the_actor, left_after, pids_of, validation_answers
 from omegaconf import OmegaConf
 
-from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
+from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, ema
 from verl_prime_lora.tools.tiny import write_assets
 
 REPO = Path(__file__).resolve().parents[2]

@@ -56,7 +56,7 @@ from loop_runs import (
 )
 
 from benchmarks.evidence import pooled_z, pooled_z_threshold
-from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY, ema
+from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
 from verl_prime_lora.integration.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run

@@ -238,29 +238,6 @@ def _whiten(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_whiten(advantages, mask) * mask
 
 
-GATE_EMA_DECAY = 0.9  # the process gate reads ā_t = 0.9·ā_{t−1} + 0.1·a_t, ā_0 = ½ (about the last 10 steps)
-
-
-def ema(previous: float, value: float, decay: float) -> float:
-    """Exponential moving average: decay·previous + (1 − decay)·value."""
-    return decay * float(previous) + (1.0 - decay) * float(value)
-
-
-def process_gate_weight(pairwise_acc: float, full_at: float | None) -> float:
-    r"""Weight of the process term from the PRM's pairwise accuracy on responses it has not trained on.
-
-        w = clip((ā − ½) / (full_at − ½), 0, 1),   ā = running mean (``GATE_EMA_DECAY``) of the pairwise
-                                                       accuracy over mixed groups, before each update
-
-    A PRM that ranks a fresh batch no better than chance (its reference does exactly that: z = 0) gets
-    w = 0, so its process advantage, whose scale the group normalisation fixes at O(1) whatever the PRM
-    knows, cannot drown the outcome; from ``full_at`` on it counts fully. ``full_at`` None: w = 1.
-    """
-    if full_at is None:
-        return 1.0
-    return min(1.0, max(0.0, (float(pairwise_acc) - 0.5) / (float(full_at) - 0.5)))
-
-
 def prime_advantage(
     outcome: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -276,7 +253,7 @@ def prime_advantage(
     ``outcome(token_level_rewards, m, gid)`` gives A^o, per response (B,) or per token (B, T);
     ``process(r, m, gid) -> (B, T)`` gives A^p. The coefficients c_o, c_p are ``options``'
     ``outcome_coef`` and ``process_coef`` (``algorithm.prime``); w is ``process_scale`` (the trainer's
-    ``process_gate_weight``, default 1). Returns (advantages, returns); the
+    ``process_gate.ProcessGate``'s weight, default 1). Returns (advantages, returns); the
     returns are the unwhitened advantages, as in veRL's outcome estimators (PRIME has no critic).
     """
     dtype = compute_dtype(token_level_rewards, process_rewards)
@@ -336,6 +313,7 @@ def compute_prime_grpo_advantage(
     process_rewards: torch.Tensor | None = None,
     norm_adv_by_std_in_grpo: bool | None = None,
     process_scale: float = 1.0,
+    options: AdvantageConfig | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME with GRPO baselines: A = c_o·(R − mean_g R)/(std_g R + ε) + c_p·A^p_group_norm.
@@ -345,9 +323,10 @@ def compute_prime_grpo_advantage(
     ``token_norm_process_advantage``. Knobs: ``algorithm.norm_adv_by_std_in_grpo`` (or the keyword,
     as veRL's ``grpo``), ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef,
     process_norm, process_std_threshold[_per_token], epsilon, whiten_advantages}``; ``process_scale`` (the trainer's
-    process gate) multiplies c_p. Without process rewards it equals veRL's ``grpo``.
+    process gate) multiplies c_p. ``options``: the typed ``algorithm.prime`` (the PRIME step's), else read from
+    ``config``. Without process rewards it equals veRL's ``grpo``.
     """
-    options, algorithm = advantage_config(config), algorithm_view(config)
+    options, algorithm = options or advantage_config(config), algorithm_view(config)
     if norm_adv_by_std_in_grpo is None:
         norm_adv_by_std_in_grpo = algorithm.norm_adv_by_std_in_grpo
     return prime_advantage(
@@ -370,14 +349,16 @@ def compute_prime_rloo_advantage(
     config: Any = None,
     process_rewards: torch.Tensor | None = None,
     process_scale: float = 1.0,
+    options: AdvantageConfig | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""PRIME as in the paper (Eq. 5–6): A = c_o·(R_i − mean_{j≠i} R_j) + c_p·A^p_leave_one_out.
 
     Knobs: ``algorithm.gamma``, ``algorithm.prime.{outcome_coef, process_coef, whiten_advantages}``;
-    ``process_scale`` (the trainer's process gate) multiplies c_p. Without process rewards it equals veRL's ``rloo``.
+    ``process_scale`` (the trainer's process gate) multiplies c_p; ``options`` as for ``prime_grpo``. Without process
+    rewards it equals veRL's ``rloo``.
     """
-    options = advantage_config(config)
+    options = options or advantage_config(config)
     return prime_advantage(
         lambda rewards, m, gid: rloo_outcome_advantage(rewards.sum(-1), gid),
         _process_part(algorithm_view(config).gamma, options, "leave_one_out"),

@@ -9,6 +9,8 @@ whose `labelled` is 0 (no PRM label: their reward failed or could not decide the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from verl_prime_lora.algo.core_algos import process_group_spread
@@ -29,10 +31,20 @@ def _label_mask(mask: torch.Tensor, labelled: torch.Tensor | None) -> torch.Tens
     return mask if labelled is None else mask * labelled.to(mask.dtype)[:, None]
 
 
+@dataclass(frozen=True)
+class HeldOutRanking:
+    """The PRM's ranking of a step's responses before it trains on them, against their outcome: the pairwise
+    accuracy over groups with a right and a wrong answer (`prm/dpo_acc_before_mixed`, the gate's input) and the
+    ranking's stratified Mann–Whitney z (`prm/ranking_z_before`, the alarm's)."""
+
+    pairwise_mixed: float
+    z: float
+
+
 def prm_rewards_and_metrics(
     prm_before, prm_used, ref, mask, labels, uid, beta, update_metrics=None, labelled=None, outcomes=None
-):
-    """Process rewards from the PRM log-probs used for the advantage, and the `prm/*` metrics.
+) -> tuple[torch.Tensor, dict[str, float], HeldOutRanking]:
+    """Process rewards from the PRM log-probs used for the advantage, the `prm/*` metrics, and the held-out ranking.
 
     `prm_before`: PRM log-probs before this step's update (classification accuracy, CE loss and
     `dpo_acc_before` are measured on them: responses the PRM has not trained on); `prm_used`: the ones the
@@ -64,7 +76,8 @@ def prm_rewards_and_metrics(
     metrics["prm/dpo_acc_mixed"] = prm_pairwise_accuracy(used_logits, outcomes, uid, label_mask, mixed_only=True).item()
     metrics["prm/ranking_z"] = prm_ranking_z(used_logits, outcomes, uid, label_mask).item()
     metrics.update(process_reward_stats(process_rewards, label_mask, labels))
-    return process_rewards, metrics
+    held_out = HeldOutRanking(metrics["prm/dpo_acc_before_mixed"], metrics["prm/ranking_z_before"])
+    return process_rewards, metrics, held_out
 
 
 def process_reward_stats(process_rewards: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:

@@ -34,7 +34,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from verl_prime_lora.algo.core_algos import GATE_EMA_DECAY
+from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY
 
 RANKING_Z_ALARM = 4.0
 UNUSED_WEIGHT, UNUSED_WINDOW = 0.15, 5

@@ -24,7 +24,7 @@ For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate
   `complete_key_sets` (on `compute_score_batch`, veRL's colocated reward path) also fills a failed row
   that came before any scored row of its process.
   Plain veRL runs keep veRL's behaviour.
-* The trainer (`account_rollouts`, called in `PrimeTrainerMixin._compute_advantage`): per step,
+* The step (`account_rollouts`, called first in `PrimeStep.compute_advantage`): per step,
   ``reward/failed_total`` and ``reward/failed_ratio`` (rollouts whose reward raised, ran past its time or was
   not a finite number), ``reward/timed_out_total``,
   ``prime/dropped_rollouts_total`` (rollouts veRL lost before training: rollout.n per prompt of the

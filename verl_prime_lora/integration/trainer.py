@@ -4,19 +4,20 @@
 * `prime_separate_async` — veRL's `separate_async` trainer; with `actor_rollout_ref.hybrid_engine=false`
   the actor and the PRM train on the trainer pool (GPU 0) and vLLM serves from its own GPU (GPU 1).
 
-Each is the veRL trainer plus `PrimeTrainerMixin`, which overrides these hooks of
-`PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
+Each is the veRL trainer plus `PrimeTrainerMixin`, which owns the PRIME step (`prime_step.PrimeStep`, with its
+state) and overrides these hooks of `PPOTrainer` (verl/trainer/ppo/v1/trainer_base.py):
 
 * `_load_checkpoint` (called at the end of `_setup`, once every pool exists): builds the
-  PRM worker group on the actor's pool, then veRL's resume, then the PRM's resume from
-  `global_step_N/prm` and the process gate's state from `global_step_N/prime_state.json`.
+  PRM worker group on the actor's pool and the step around it, then veRL's resume, then the PRM's resume from
+  `global_step_N/prm` and the step's state (`PrimeStep.load_state_dict`) from `global_step_N/prime_state.json`.
 * `_save_checkpoint`: the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
-  manager) into `global_step_N/prm` and the gate's state first, then veRL's own save, whose tracker file
+  manager) into `global_step_N/prm` and the step's state first, then veRL's own save, whose tracker file
   `latest_checkpointed_iteration.txt` is written last — a checkpoint is never marked complete
   without its PRM — and only then old checkpoints removed (`checkpoint_files`).
-* `_compute_advantage` (runs after old/ref log-probs, before the actor update): the PRIME step
-  (`prime_step`: the batch's accounting → PRM forward → reference forward → PRM update → token process
-  rewards → gate → the estimator named by `algorithm.adv_estimator`, called with the process rewards).
+* `_compute_advantage` (runs after old/ref log-probs, before the actor update): `PrimeStep.compute_advantage`
+  (the batch's accounting → PRM forward → reference forward → PRM update → token process rewards → gate → the
+  estimator named by `algorithm.adv_estimator`, called with the process rewards), given what it reads of the
+  trainer as a `StepContext`.
 * `_update_actor`: veRL's update, its loss and grad norm checked finite (`step_guards`).
 * `fit`: stopped, with the reason, when a vLLM engine dies (`rollout_health`); `init` and the `on_*` hooks
   tell the step watchdog (`step_watchdog`) which phase runs.
@@ -42,7 +43,13 @@ from verl.utils.debug import marked_timer
 from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
 from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
 from verl_prime_lora.config import RunConfig
-from verl_prime_lora.config.run import PRIME_TRAINERS, REF_FROZEN, resume_folder, reward_function_name
+from verl_prime_lora.config.run import (
+    PRIME_TRAINERS,
+    REF_FROZEN,
+    reference_source,
+    resume_folder,
+    reward_function_name,
+)
 from verl_prime_lora.config.section import PrimeConfigError
 from verl_prime_lora.integration.checkpoint_files import (
     checkpoints_to_keep,
@@ -52,7 +59,7 @@ from verl_prime_lora.integration.checkpoint_files import (
     space_error,
 )
 from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV_KEY, in_prime_run_process
-from verl_prime_lora.integration.prime_step import PrimeStep
+from verl_prime_lora.integration.prime_step import PrimeStep, StepContext
 from verl_prime_lora.integration.prm_passes import model_dropout, prm_passes
 from verl_prime_lora.integration.prm_worker import ImplicitPRM
 from verl_prime_lora.integration.rollout_health import EngineMonitor, dead_replicas, engine_error
@@ -62,7 +69,7 @@ from verl_prime_lora.integration.step_watchdog import StepWatchdog
 logger = logging.getLogger(__name__)
 
 
-class PrimeTrainerMixin(PrimeStep):
+class PrimeTrainerMixin:
     """The PRIME hooks of a veRL V1 trainer (see the module docstring); the step itself is `PrimeStep`'s."""
 
     _BASE_MODE: str = ""
@@ -86,6 +93,9 @@ class PrimeTrainerMixin(PrimeStep):
             )
         self.run: RunConfig = validate_prime_config(config)  # this process's one view of the run's configuration
         super().__init__(config)
+        self.prm: ImplicitPRM | None = None  # built with the step once the pools exist (`_load_checkpoint`)
+        self.prime_step: PrimeStep | None = None
+        self.prm_reference = reference_source(self.run.verl, self.run.prime.prm, self.use_reference_policy)
         self.watchdog = StepWatchdog()  # a step far past its usual time is logged with its phase
 
     # -------------------------------------------------------------------------------------------
@@ -108,14 +118,19 @@ class PrimeTrainerMixin(PrimeStep):
             total_training_steps=self.total_training_steps,
             need_frozen_ref=self.prm_reference == REF_FROZEN,
         )
-        self.prm_dropout = model_dropout(verl.prm.model)
-        self.prm_fp32 = compute_precision(verl.prm.engine) == "fp32"
-        self.prm_adapter_forwarded = False  # a LoRA PRM's first forward in this process is done (`prime_step`, 1.)
+        self.prime_step = PrimeStep(
+            self.run,
+            self.prm,
+            self.prm_reference,
+            prm_dropout=model_dropout(verl.prm.model),
+            prm_fp32=compute_precision(verl.prm.engine) == "fp32",
+        )
         made, minimum = prm_passes(
             prm.update,
             self.prm_reference,
             prm.epochs,
-            from_update=self._pre_update_from_update(step_batch_rows(verl)[0]) and not self.run.prime.diagnostics,
+            from_update=self.prime_step.pre_update_from_update(step_batch_rows(verl)[0])
+            and not self.run.prime.diagnostics,
         )
         logger.info(
             "PRIME: PRM on the actor pool; reference=%s (%s), update=%s, beta=%s; passes per step %s (minimum %s)",
@@ -140,10 +155,10 @@ class PrimeTrainerMixin(PrimeStep):
                 self.prm.load(path, del_local_after_load=self.run.verl.trainer.del_local_ckpt_after_load)
 
     def _save_prime_state(self, path: str) -> None:
-        """What the next step reads besides the weights: the process gate's running mean."""
+        """What the next step reads besides the weights (`PrimeStep.state_dict`: the process gate's running mean)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-            json.dump({"prm_pairwise_ema": self.prm_pairwise_ema}, f)
+            json.dump(self.prime_step.state_dict(), f)
 
     def _load_prime_state(self, path: str) -> None:
         if not os.path.exists(path):
@@ -151,7 +166,7 @@ class PrimeTrainerMixin(PrimeStep):
             return
         with open(path) as f:
             state = json.load(f)
-        self.prm_pairwise_ema = float(state["prm_pairwise_ema"])
+        self.prime_step.load_state_dict(state)
         logger.info("PRIME: restored %s from %s", state, path)
 
     def _save_checkpoint(self):
@@ -264,9 +279,17 @@ class PrimeTrainerMixin(PrimeStep):
         self.watchdog.end_step()
 
     def _compute_advantage(self, batch, metrics: dict):
-        """The PRIME step (`PrimeStep._compute_advantage`)."""
+        """The PRIME step (`PrimeStep.compute_advantage`), with what it reads of veRL's trainer this step."""
         self.watchdog.enter("the PRM step", "the PRM worker group (log-probs, update) and its reference's forward")
-        return super()._compute_advantage(batch, metrics)
+        context = StepContext(
+            global_step=self.global_steps,
+            parameter_sync_step=self.parameter_sync_step,
+            timing=getattr(self, "timing_raw", {}),
+            tokenizer=self.tokenizer,
+            actor_wg=self.actor_rollout_wg,
+            kl_ctrl=getattr(self, "kl_ctrl_in_reward", None),
+        )
+        return self.prime_step.compute_advantage(batch, metrics, context)
 
     def _update_actor(self, batch, metrics: dict):
         """veRL's actor update, then its loss and grad norm checked finite (`step_guards.check_actor_update`)."""
