@@ -11,8 +11,9 @@ Notation (every function below states which part it computes):
   ``r[i,t] = β · q[i,t] · m[i,t]``; sequence logit ``z_i = β · Σ_t q[i,t] m[i,t]``.
 * Mean process reward of a response: ``r̄_i = Σ_t r[i,t] m[i,t] / L_i``.
 
-Everything is vectorised (no Python loop over rows or tokens) and computed in float32 (float64 when
-an input is float64), whatever the input dtype.
+The arithmetic is vectorised (no Python loop over tokens; over rows only the one dict lookup per row that turns
+``index`` labels into group ids, `groups.group_ids`) and computed in float32 (float64 when an input is float64),
+whatever the input dtype.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ in `cpu/patches.py`). They act on PRIME runs only: importing this module applies
 process of a PRIME run imports it (`integration.prime_run`: the plugin in a PRIME run's Ray processes, the recipe's
 Hydra callback in its driver). Any other run sees veRL as it is.
 
-veRL 0.9.1 offers no hook for these things, so each is a thin wrapper around one veRL function, applied where veRL's
-module is imported (`MODULE_PATCHES`, which also lists what each replaces), idempotent.
+veRL 0.9.1 offers no hook for these things, so each patch wraps or replaces one or a few veRL names (a function,
+a method, a module's logger or `open`), applied where veRL's module is imported (`MODULE_PATCHES`, which lists what
+each replaces), idempotent.
 
 1. `install_driver_validation` wraps `verl.utils.config.validate_config`, which `verl/trainer/main_ppo.py` calls in
    the driver right before `run_ppo` starts Ray. For a run with a PRIME trainer or estimator
@@ -24,9 +25,10 @@ module is imported (`MODULE_PATCHES`, which also lists what each replaces), idem
    `lora_dropout`. After veRL builds the adapter, the wrapper reads `model.lora.dropout` (the key that
    veRL's hf_model.yaml already defines, documented there for Megatron only) and, if > 0, swaps each
    LoRA layer's `nn.Identity` for `nn.Dropout(p)` and records `lora_dropout=p` in the adapter's
-   `peft_config` — exactly what peft's `LoraConfig(lora_dropout=p)` would have built. It also adds
-   `lora_dropout` to the `lora_train_meta.json` that veRL's FSDP checkpoint manager writes
-   (`verl/utils/checkpoint/fsdp_checkpoint_manager.py`), so a checkpoint records it.
+   `peft_config` — exactly what peft's `LoraConfig(lora_dropout=p)` would have built. Beside it,
+   `record_lora_dropout_in_checkpoints` wraps `FSDPCheckpointManager._get_lora_train_meta`
+   (`verl/utils/checkpoint/fsdp_checkpoint_manager.py`) to add `lora_dropout` to the `lora_train_meta.json` it
+   writes, so a checkpoint records it.
 
 3. `tolerate_flush_kwarg_in_separate_async_logger` — a veRL 0.9.1 bug on every platform:
    `verl/trainer/ppo/v1/trainer_separate_async.py` calls `logger.info(..., flush=True)`;

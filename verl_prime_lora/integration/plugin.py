@@ -54,7 +54,7 @@ REGISTERING_MODULES = (
     # first: modules below import veRL engines that read the platform at import time
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
     "verl_prime_lora.integration.hydra_search_path",  # `+recipe=prime_lora` config group
-    "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` / `prime` advantage estimators
+    "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` advantage estimators
 )
 # Imported, and so applied, in the Ray processes of a PRIME run only: the plugin's patches and warnings filter.
 PRIME_RUN_MODULES = ("verl_prime_lora.integration.patches",)
