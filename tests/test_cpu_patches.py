@@ -117,3 +117,22 @@ def test_vllm_processes_get_the_patches_through_vllms_plugin_hook():
     from verl_prime_lora.cpu import vllm_plugin
 
     assert load_plugins_by_group("vllm.general_plugins").get("verl_prime_lora_cpu") is vllm_plugin.apply
+
+
+def test_the_cpu_patch_table_declares_what_each_patch_replaces():
+    """`cpu/patches.py`'s `MODULE_PATCHES`, in the scoped table form of the plugin's: each module's listed names hold
+    the platform's (marked) replacement once the module is imported, and nothing else of the module is marked."""
+    import importlib
+
+    from verl_prime_lora.patching import is_patched
+
+    for name, patch in patches.MODULE_PATCHES.items():
+        module = importlib.import_module(name)
+        marked = set()
+        for attribute in dir(module):
+            value = getattr(module, attribute)
+            if is_patched(value):
+                marked.add(attribute)
+            if isinstance(value, type) and value.__module__ == name:
+                marked |= {f"{attribute}.{a}" for a, v in vars(value).items() if is_patched(v)}
+        assert marked == set(patch.replaces), (name, marked)

@@ -61,3 +61,30 @@ def test_a_module_still_being_imported_is_refused(module_dir):
     )
     with pytest.raises(RuntimeError, match="still being imported"):
         import vpl_watched_self  # noqa: F401
+
+
+class Owner:
+    def method(self, x):
+        """The original's docstring."""
+        return x + 1
+
+
+def test_wrap_replaces_a_name_once_keeping_the_originals_name_and_doc():
+    """`wrap`, the one idiom of every patch: the wrapper sees the original, carries its name and docstring and the
+    plugin's mark; wrapping the name again leaves it as it is."""
+    from verl_prime_lora.patching import is_patched, wrap
+
+    original = Owner.__dict__["method"]
+
+    def doubled(inner):
+        def method(self, x):
+            return 2 * inner(self, x)
+
+        return method
+
+    assert wrap(Owner, "method", doubled) is True
+    assert Owner().method(3) == 8 and is_patched(Owner.method)
+    assert Owner.method.__name__ == "method" and Owner.method.__doc__ == "The original's docstring."
+    assert Owner.method.__wrapped__ is original
+    wrapped = Owner.method
+    assert wrap(Owner, "method", doubled) is False and Owner.method is wrapped and Owner().method(3) == 8

@@ -1,7 +1,8 @@
 """What every monkeypatch of this package shares: the mark it leaves, and the moment it is applied.
 
-`cpu/patches.py` (the CPU platform's) and `integration/patches.py` (the plugin's) check a target with
-`is_patched` before wrapping it and `mark` the wrapper they install, so applying a patch twice is a no-op.
+`cpu/patches.py` (the CPU platform's) and `integration/patches.py` (the plugin's) wrap a veRL (or torch, vLLM)
+name with `wrap`, the one idiom: the wrapper carries the original's name and docstring and the plugin's `mark`, and
+a name that already holds the plugin's wrapper is left alone, so applying a patch twice is a no-op.
 
 `when_imported(module, patch)` applies `patch(module)` as soon as `module` has executed: at once when it is
 already imported, else right after its first import finishes, before the importing code can bind any of its
@@ -12,12 +13,13 @@ FSDP engine or vLLM just to patch them (that doubled the cost of `import verl`).
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 _MARK = "_verl_prime_lora_patched"
 
@@ -29,6 +31,16 @@ def mark(fn: Any) -> Any:
 
 def is_patched(fn: Any) -> bool:
     return bool(getattr(fn, _MARK, False))
+
+
+def wrap(owner: Any, name: str, wrapper_of: Callable[[Any], Any]) -> bool:
+    """`owner.name` becomes `wrapper_of(original)`, with the original's name and docstring (`functools.wraps`) and
+    the plugin's mark, unless it holds the plugin's wrapper already. True when it wrapped."""
+    original = getattr(owner, name)
+    if is_patched(original):
+        return False
+    setattr(owner, name, mark(functools.wraps(original)(wrapper_of(original))))
+    return True
 
 
 _PENDING: dict[str, list[Callable[[ModuleType], None]]] = {}
@@ -49,10 +61,18 @@ def when_imported(name: str, patch: Callable[[ModuleType], None]) -> None:
             sys.meta_path.insert(0, _PatchOnImport())
 
 
-def when_each_imported(module_patches: dict[str, Callable[[ModuleType], None]]) -> None:
-    """`when_imported` for every (module name, patch) of `module_patches`."""
+class ModulePatch(NamedTuple):
+    """A patch of one module, as the patch tables (`MODULE_PATCHES` of `cpu/patches.py` and
+    `integration/patches.py`) declare it."""
+
+    apply: Callable[[ModuleType], None]  # patches the module, once it has executed
+    replaces: tuple[str, ...]  # what it sets in the module: `name` or `Class.attribute`
+
+
+def when_each_imported(module_patches: dict[str, ModulePatch]) -> None:
+    """`when_imported` for the patch of every module of a patch table."""
     for name, patch in module_patches.items():
-        when_imported(name, patch)
+        when_imported(name, patch.apply)
 
 
 def _initialising(module: ModuleType) -> bool:

@@ -7,13 +7,12 @@ runs. A patch of a module is applied where that module is imported (`MODULE_PATC
 veRL / vLLM function it works around. Nothing is edited on disk.
 """
 
-import functools
 import os
 
 import torch
 import torch.distributed
 
-from verl_prime_lora.patching import is_patched, mark, when_each_imported
+from verl_prime_lora.patching import ModulePatch, is_patched, mark, when_each_imported, wrap
 
 
 def dedupe_process_group_backend() -> None:
@@ -24,20 +23,19 @@ def dedupe_process_group_backend() -> None:
     rejects ("Duplicate device type cpu in backend string"). The wrapper keeps the first entry per
     device type.
     """
-    original = torch.distributed.init_process_group
-    if is_patched(original):
-        return
 
-    @functools.wraps(original)
-    def init_process_group(backend=None, *args, **kwargs):
-        if isinstance(backend, str) and "," in backend:
-            by_device: dict[str, str] = {}
-            for entry in backend.split(","):
-                by_device.setdefault(entry.split(":", 1)[0], entry)
-            backend = ",".join(by_device.values())
-        return original(backend, *args, **kwargs)
+    def deduplicated(original):
+        def init_process_group(backend=None, *args, **kwargs):
+            if isinstance(backend, str) and "," in backend:
+                by_device: dict[str, str] = {}
+                for entry in backend.split(","):
+                    by_device.setdefault(entry.split(":", 1)[0], entry)
+                backend = ",".join(by_device.values())
+            return original(backend, *args, **kwargs)
 
-    torch.distributed.init_process_group = mark(init_process_group)
+        return init_process_group
+
+    wrap(torch.distributed, "init_process_group", deduplicated)
 
 
 def select_cuda_registered_engines() -> None:
@@ -68,18 +66,17 @@ def keep_plain_vllm_linear_weights(vllm_layer_utils) -> None:
 
     Applied to `vllm.model_executor.layers.utils` where it is imported.
     """
-    original = vllm_layer_utils.dispatch_cpu_unquantized_gemm
-    if is_patched(original):
-        return
 
-    @functools.wraps(original)
-    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
-        if layer.weight.ndim != 2 or layer.weight.is_meta:
-            return original(layer, remove_weight)
-        layer.cpu_linear = torch.nn.functional.linear
-        return None
+    def plain_linear(original):
+        def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+            if layer.weight.ndim != 2 or layer.weight.is_meta:
+                return original(layer, remove_weight)
+            layer.cpu_linear = torch.nn.functional.linear
+            return None
 
-    vllm_layer_utils.dispatch_cpu_unquantized_gemm = mark(dispatch_cpu_unquantized_gemm)
+        return dispatch_cpu_unquantized_gemm
+
+    wrap(vllm_layer_utils, "dispatch_cpu_unquantized_gemm", plain_linear)
 
 
 def unpinned_offload_for_forward_only_engines(transformer_impl) -> None:
@@ -116,20 +113,19 @@ def poll_replay_buffer_often(replay_buffer) -> None:
     not. 0.2 s keeps the wait short without re-listing TransferQueue many times a second on two cores (what it
     bought: docs/cpu.md). Only the default changes: an explicit `poll_interval` is kept.
     """
-    original = replay_buffer.ReplayBuffer.__init__
-    if is_patched(original):
-        return
     # `poll_interval` is the 6th argument after self: trainer_mode, trainer_config, max_off_policy_threshold,
     # max_off_policy_strategy, sampler_kwargs, poll_interval
     poll_interval_position = 5
 
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        if len(args) <= poll_interval_position and "poll_interval" not in kwargs:
-            kwargs["poll_interval"] = REPLAY_BUFFER_POLL_S
-        original(self, *args, **kwargs)
+    def polling_often(original):
+        def __init__(self, *args, **kwargs):
+            if len(args) <= poll_interval_position and "poll_interval" not in kwargs:
+                kwargs["poll_interval"] = REPLAY_BUFFER_POLL_S
+            original(self, *args, **kwargs)
 
-    replay_buffer.ReplayBuffer.__init__ = mark(__init__)
+        return __init__
+
+    wrap(replay_buffer.ReplayBuffer, "__init__", polling_often)
 
 
 # Longest a vLLM shared-memory queue reader sleeps before it looks again (see `sleep_in_vllm_queue_waits`).
@@ -148,25 +144,28 @@ def sleep_in_vllm_queue_waits(shm_broadcast) -> None:
     missed, and the reader then sleeps until vLLM's 60 s warning timeout. On a GPU the spin is what keeps a
     decode step's latency in microseconds; this runs on the CPU platform only.
     """
-    original = shm_broadcast.SpinCondition.wait
-    if is_patched(original):
-        return
 
-    @functools.wraps(original)
-    def wait(self, timeout_ms=None):
-        self.busy_loop_s = 0
-        poll_ms = VLLM_QUEUE_POLL_MS if timeout_ms is None else min(timeout_ms, VLLM_QUEUE_POLL_MS)
-        return original(self, timeout_ms=poll_ms)
+    def sleeping(original):
+        def wait(self, timeout_ms=None):
+            self.busy_loop_s = 0
+            poll_ms = VLLM_QUEUE_POLL_MS if timeout_ms is None else min(timeout_ms, VLLM_QUEUE_POLL_MS)
+            return original(self, timeout_ms=poll_ms)
 
-    shm_broadcast.SpinCondition.wait = mark(wait)
+        return wait
+
+    wrap(shm_broadcast.SpinCondition, "wait", sleeping)
 
 
 # module -> its patch, applied where the module is imported (`patching.when_each_imported`)
 MODULE_PATCHES = {
-    "vllm.model_executor.layers.utils": keep_plain_vllm_linear_weights,
-    "vllm.distributed.device_communicators.shm_broadcast": sleep_in_vllm_queue_waits,
-    "verl.workers.engine.fsdp.transformer_impl": unpinned_offload_for_forward_only_engines,
-    "verl.trainer.ppo.v1.replay_buffer": poll_replay_buffer_often,
+    "vllm.model_executor.layers.utils": ModulePatch(keep_plain_vllm_linear_weights, ("dispatch_cpu_unquantized_gemm",)),
+    "vllm.distributed.device_communicators.shm_broadcast": ModulePatch(
+        sleep_in_vllm_queue_waits, ("SpinCondition.wait",)
+    ),
+    "verl.workers.engine.fsdp.transformer_impl": ModulePatch(
+        unpinned_offload_for_forward_only_engines, ("CPUOffloadPolicy",)
+    ),
+    "verl.trainer.ppo.v1.replay_buffer": ModulePatch(poll_replay_buffer_often, ("ReplayBuffer.__init__",)),
 }
 
 

@@ -81,18 +81,15 @@ module only).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from verl_prime_lora.config.run import is_prime_run
 from verl_prime_lora.config.verl_view import model_view, verl_view
-from verl_prime_lora.patching import is_patched, mark, when_each_imported
+from verl_prime_lora.patching import ModulePatch, is_patched, mark, when_each_imported, wrap
 from verl_prime_lora.run_processes import reap_after_driver
 
 logger = logging.getLogger(__name__)
@@ -109,11 +106,10 @@ def _is_main_ppo_driver() -> bool:
 
 
 def install_driver_validation(verl_config) -> None:
-    original = verl_config.validate_config
-    if is_patched(original):
-        return
+    wrap(verl_config, "validate_config", _validated)
 
-    @functools.wraps(original)
+
+def _validated(original):
     def validate_config(config, *args, **kwargs):
         from verl_prime_lora.checks.config_checks import validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
@@ -132,7 +128,7 @@ def install_driver_validation(verl_config) -> None:
                 reap_after_driver()  # the run's processes end with the driver, however it ends
         return original(config, *args, **kwargs)
 
-    verl_config.validate_config = mark(validate_config)
+    return validate_config
 
 
 DRIVER_TASK_NAME = "validate_config"  # the name `main_ppo` imports from verl.utils.config
@@ -174,11 +170,7 @@ def apply_lora_dropout(peft_model: Any, p: float, adapter_name: str = "default")
 
 
 def install_lora_dropout(transformer_impl) -> None:
-    FSDPEngine = transformer_impl.FSDPEngine
-    original = FSDPEngine._build_lora_module
-    if not is_patched(original):
-
-        @functools.wraps(original)
+    def with_dropout(original):
         def _build_lora_module(self, module):
             module = original(self, module)
             p = model_view(self.model_config).lora_dropout
@@ -187,17 +179,15 @@ def install_lora_dropout(transformer_impl) -> None:
                 logger.info("verl-prime-lora: LoRA dropout %.3g on %d adapter layers", p, n)
             return module
 
-        FSDPEngine._build_lora_module = mark(_build_lora_module)
+        return _build_lora_module
+
+    wrap(transformer_impl.FSDPEngine, "_build_lora_module", with_dropout)
 
 
 def record_lora_dropout_in_checkpoints(fsdp_checkpoint_manager) -> None:
-    FSDPCheckpointManager = fsdp_checkpoint_manager.FSDPCheckpointManager
-    original_meta = FSDPCheckpointManager._get_lora_train_meta
-    if not is_patched(original_meta):
-
-        @functools.wraps(original_meta)
+    def with_dropout(original):
         def _get_lora_train_meta(self, unwrap_model):
-            meta = original_meta(self, unwrap_model)
+            meta = original(self, unwrap_model)
             if meta is not None:
                 peft_config = getattr(unwrap_model, "peft_config", None) or {}
                 config = peft_config.get("default") if isinstance(peft_config, dict) else None
@@ -205,7 +195,9 @@ def record_lora_dropout_in_checkpoints(fsdp_checkpoint_manager) -> None:
                     meta["lora_dropout"] = float(getattr(config, "lora_dropout", 0.0) or 0.0)
             return meta
 
-        FSDPCheckpointManager._get_lora_train_meta = mark(_get_lora_train_meta)
+        return _get_lora_train_meta
+
+    wrap(fsdp_checkpoint_manager.FSDPCheckpointManager, "_get_lora_train_meta", with_dropout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,12 +227,6 @@ _GUARD_ATTR = "_prime_reward_guard"  # cached on each RewardLoopWorker
 def install_reward_failure_guard(reward_loop) -> None:
     from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_score, reward_guard
 
-    RewardLoopWorker = reward_loop.RewardLoopWorker
-    original = RewardLoopWorker.compute_score
-    if is_patched(original):
-        return
-    original_batch = RewardLoopWorker.compute_score_batch
-
     def guard(worker):
         """`reward_guard` of the worker's config, read (a typed PRIME config built) once per worker; None, and no
         view built, for a run that is not PRIME."""
@@ -249,20 +235,24 @@ def install_reward_failure_guard(reward_loop) -> None:
             worker.__dict__[_GUARD_ATTR] = reward_guard(verl_view(config)) if is_prime_run(config) else None
         return worker.__dict__[_GUARD_ATTR]
 
-    @functools.wraps(original)
-    async def compute_score(self, data):
-        settings = guard(self)
-        if settings is None:
-            return await original(self, data)
-        return await guarded_score(lambda: original(self, data), settings.label_key, settings.timeout_s)
+    def guarded(original):
+        async def compute_score(self, data):
+            settings = guard(self)
+            if settings is None:
+                return await original(self, data)
+            return await guarded_score(lambda: original(self, data), settings.label_key, settings.timeout_s)
 
-    @functools.wraps(original_batch)
-    async def compute_score_batch(self, data):
-        outputs = await original_batch(self, data)
-        return outputs if guard(self) is None else complete_key_sets(outputs)
+        return compute_score
 
-    RewardLoopWorker.compute_score = mark(compute_score)
-    RewardLoopWorker.compute_score_batch = mark(compute_score_batch)
+    def completed(original):
+        async def compute_score_batch(self, data):
+            outputs = await original(self, data)
+            return outputs if guard(self) is None else complete_key_sets(outputs)
+
+        return compute_score_batch
+
+    wrap(reward_loop.RewardLoopWorker, "compute_score", guarded)
+    wrap(reward_loop.RewardLoopWorker, "compute_score_batch", completed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +290,7 @@ def _tracker_open(file, mode="r", *args, **kwargs):
 
 
 def publish_checkpoint_tracker_atomically(trainer_base) -> None:
-    if not is_patched(getattr(trainer_base, "open", None)):
+    if not is_patched(getattr(trainer_base, "open", None)):  # the module's own `open`: none until this one
         trainer_base.open = mark(_tracker_open)
 
 
@@ -310,17 +300,15 @@ def publish_checkpoint_tracker_atomically(trainer_base) -> None:
 
 
 def keep_untied_lm_head_in_root_unit(fsdp_utils) -> None:
-    original = fsdp_utils._select_fsdp2_wrap_targets
-    if is_patched(original):
-        return
+    def without_lm_head(original):
+        def _select_fsdp2_wrap_targets(model, *args, **kwargs):
+            targets = original(model, *args, **kwargs)
+            lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+            return [module for module in targets if lm_head is None or module is not lm_head]
 
-    @functools.wraps(original)
-    def _select_fsdp2_wrap_targets(model, *args, **kwargs):
-        targets = original(model, *args, **kwargs)
-        lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        return [module for module in targets if lm_head is None or module is not lm_head]
+        return _select_fsdp2_wrap_targets
 
-    fsdp_utils._select_fsdp2_wrap_targets = mark(_select_fsdp2_wrap_targets)
+    wrap(fsdp_utils, "_select_fsdp2_wrap_targets", without_lm_head)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,16 +338,15 @@ def with_run_tag(handle: str, job_id: str, tag: str) -> str:
 
 def _then_after_init(cls: type, then) -> None:
     """`cls.__init__` followed by `then(self)`; a no-op when already wrapped."""
-    original = cls.__init__
-    if is_patched(original):
-        return
 
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        then(self)
+    def followed(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            then(self)
 
-    cls.__init__ = mark(__init__)
+        return __init__
+
+    wrap(cls, "__init__", followed)
 
 
 def install_run_unique_colocated_ipc(vllm_rollout) -> None:
@@ -393,11 +380,6 @@ def hide_missing_engine_warnings() -> None:
     )
 
 
-class ModulePatch(NamedTuple):
-    apply: Callable[[ModuleType], None]  # patches the module, once it has executed
-    replaces: tuple[str, ...]  # what it sets in the module: `name` or `Class.attribute`
-
-
 # veRL module -> its patch, applied where the module is imported (`patching.when_each_imported`)
 MODULE_PATCHES = {
     "verl.utils.config": ModulePatch(install_driver_validation, ("validate_config",)),
@@ -424,7 +406,7 @@ MODULE_PATCHES = {
 
 def apply_all() -> None:
     hide_missing_engine_warnings()
-    when_each_imported({name: patch.apply for name, patch in MODULE_PATCHES.items()})
+    when_each_imported(MODULE_PATCHES)
 
 
 apply_all()
