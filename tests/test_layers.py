@@ -14,6 +14,7 @@ ALLOWED = {
     "rewards": set(),
     "run_processes": set(),
     "patching": set(),
+    "verl_surface": set(),
     "cpu": {"patching", "run_processes"},
     "checks": {"checkpoint_folders", "config", "rewards"},
     "tools": {"config", "rewards"},
