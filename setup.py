@@ -31,7 +31,7 @@ Extras
 
 from setuptools import find_packages, setup
 
-VERL = "verl==0.9.1"  # the only veRL the plugin registers under: integration/plugin.py VERL_VERSION (test-checked)
+VERL = "verl==0.9.1"  # the only veRL the plugin registers under: plugin/plugin.py VERL_VERSION (test-checked)
 
 setup(
     name="verl-prime-lora",
@@ -52,9 +52,9 @@ setup(
     ],
     python_requires=">=3.10,<3.13",  # as veRL 0.9.1
     # `recipe/` (repo root) is the Hydra config group; it installs as the data package
-    # `verl_prime_lora.recipe`, which verl_prime_lora/integration/hydra_search_path.py puts on Hydra's search path.
+    # `verl_prime_lora.recipe`, which verl_prime_lora/plugin/hydra_search_path.py puts on Hydra's search path.
     # `hydra_plugins.verl_prime_lora`: Hydra's own plugin scan finds the config group through it, whether or not veRL
-    # loads the `verl.plugins` entry point below (verl_prime_lora/integration/plugin_state.py). The namespace
+    # loads the `verl.plugins` entry point below (verl_prime_lora/plugin/plugin_state.py). The namespace
     # `hydra_plugins` is listed itself so that an editable install maps it to the checkout's folder: setuptools'
     # import hook alone (a parent left unlisted) offers Hydra's scan, which lists folders, no folder to list.
     packages=find_packages(include=["verl_prime_lora", "verl_prime_lora.*"])
@@ -92,7 +92,7 @@ setup(
     entry_points={
         # veRL imports every `verl.plugins` entry point in every process that imports verl
         # (driver, TaskRunner, Ray workers): registration happens as an import side effect.
-        "verl.plugins": ["prime_lora = verl_prime_lora.integration.plugin"],
+        "verl.plugins": ["prime_lora = verl_prime_lora.plugin.plugin"],
         # vLLM calls every `vllm.general_plugins` entry point in its engine-core and worker processes,
         # which never import verl: the CPU platform's vLLM patches (nothing on an accelerator host).
         "vllm.general_plugins": ["verl_prime_lora_cpu = verl_prime_lora.cpu.vllm_plugin:apply"],

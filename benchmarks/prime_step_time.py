@@ -123,14 +123,14 @@ def summarise(result: dict) -> dict:
 
 
 def pass_counts(overrides: list[str]) -> dict:
-    """The PRM passes per step of the PRIME run's config, today and at the minimum (integration.prm_passes)."""
+    """The PRM passes per step of the PRIME run's config, today and at the minimum (prime.prm_passes)."""
     from verl.trainer.ppo.utils import need_reference_policy
 
     from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows
     from verl_prime_lora.config import run_config
     from verl_prime_lora.config.run import reference_source
-    from verl_prime_lora.integration.prm_passes import model_dropout, prm_passes, update_forward_is_pre_update
     from verl_prime_lora.preflight.layout import compose_config
+    from verl_prime_lora.prime.prm_passes import model_dropout, prm_passes, update_forward_is_pre_update
 
     config = compose_config(overrides)
     run = run_config(config)

@@ -47,7 +47,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks import step_credit
 from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text
-from verl_prime_lora.tools import checkpoints, export_adapter
+from verl_prime_lora.tools import export_adapter, fsdp_shards
 
 BATCH = 128
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         step_dir = checkpoint_dir / f"global_step_{step}"
         needs_policy = step > 0 and (args.responses == "policy" or settings["reference"] == "policy")
         policy = merged_actor(step_dir, base_dir, Path(scratch.name)) if needs_policy else base
-        prm = base if step == 0 else checkpoints.load_model(step_dir / "prm")
+        prm = base if step == 0 else fsdp_shards.load_model(step_dir / "prm")
         reference = policy if settings["reference"] == "policy" else base
         responses = fixed or sample(policy)
         ref_log_probs = token_log_probs(reference, responses.rows)

@@ -65,7 +65,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from benchmarks.evidence import t_quantile
-from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
+from verl_prime_lora.checkpoints import step_folders, tracker_text
 from verl_prime_lora.run_processes import RUN_MARKER, pids_with_marker, run_processes, signal_and_wait
 
 PROC = Path("/proc")

@@ -1,4 +1,4 @@
-"""The colocated weight sync's socket is each run's own (`integration/patches.py`, patch 7).
+"""The colocated weight sync's socket is each run's own (`plugin/patches.py`, patch 7).
 
 Two runs on one machine each start a Ray cluster, whose first job id is `01000000` in both: veRL's socket name
 (job id, replica, rank) is then the same for both, and one run's actor sends its weights into the other's vLLM. The
@@ -12,7 +12,7 @@ import types
 import pytest
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
-from verl_prime_lora.integration import patches
+from verl_prime_lora.plugin import patches
 
 JOB = "01000000"  # every fresh Ray cluster's first job
 

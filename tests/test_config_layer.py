@@ -123,12 +123,12 @@ def test_the_scan_finds_every_planted_read_and_nothing_else():
 
 
 def test_the_scan_would_fail_on_a_module_that_reads_a_key(tmp_path, monkeypatch):
-    planted = tmp_path / "verl_prime_lora" / "integration" / "planted.py"
+    planted = tmp_path / "verl_prime_lora" / "prime" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text('def n(config):\n    return get(config, "actor_rollout_ref.rollout.n", 1)\n')
     monkeypatch.setitem(globals(), "PACKAGE", planted.parents[1])
     monkeypatch.setitem(globals(), "CONFIG_LAYER", planted.parents[1] / "config")
-    with pytest.raises(AssertionError, match=r"verl_prime_lora/integration/planted.py.*2: get\(actor_rollout_ref"):
+    with pytest.raises(AssertionError, match=r"verl_prime_lora/prime/planted.py.*2: get\(actor_rollout_ref"):
         test_no_module_outside_the_config_layer_reads_a_config_key()
 
 

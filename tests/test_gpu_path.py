@@ -94,7 +94,7 @@ from verl.models.transformers.monkey_patch import apply_monkey_patch
 
 dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
 if sys.argv[1] == "patched":
-    from verl_prime_lora.integration.patches import keep_untied_lm_head_in_root_unit
+    from verl_prime_lora.plugin.patches import keep_untied_lm_head_in_root_unit
     keep_untied_lm_head_in_root_unit(fsdp_utils)
 torch.manual_seed(0)
 config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

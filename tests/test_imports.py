@@ -19,8 +19,8 @@ FIRST_IMPORT = textwrap.dedent("""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
     core_algos = sys.modules["verl_prime_lora.algo.core_algos"]
-    trainer = sys.modules["verl_prime_lora.integration.trainer"]
-    logging.getLogger("verl_prime_lora.integration.prm_worker").info("an INFO line of the package")
+    trainer = sys.modules["verl_prime_lora.prime.trainer"]
+    logging.getLogger("verl_prime_lora.prime.prm_worker").info("an INFO line of the package")
     print(json.dumps({{
         "loaded_first": loaded_first,
         # registered, and by the one copy of each module in this process (not a second, re-executed one)
@@ -49,9 +49,9 @@ def run_python(code, tmp_path, **env):
     "module",
     [
         "verl_prime_lora.algo.core_algos",  # imported veRL, whose plugin re-entered it half-initialised
-        "verl_prime_lora.integration.prm_loss",  # the same, through core_algos (and Ray workers unpickle it first)
-        "verl_prime_lora.integration.prm_worker",
-        "verl_prime_lora.integration.prompt_filter",
+        "verl_prime_lora.prime.prm_loss",  # the same, through core_algos (and Ray workers unpickle it first)
+        "verl_prime_lora.prime.prm_worker",
+        "verl_prime_lora.prime.prompt_filter",
     ],
 )
 def test_any_module_imports_before_verl_and_registration_happens_once(module, tmp_path):
@@ -62,8 +62,8 @@ def test_any_module_imports_before_verl_and_registration_happens_once(module, tm
     assert not facts["loaded_first"]["verl_prime_lora.rewards.math_format"] and not facts["loaded_first"]["math_verify"]
     if module in (
         "verl_prime_lora.algo.core_algos",
-        "verl_prime_lora.integration.prm_loss",
-        "verl_prime_lora.integration.prm_worker",
+        "verl_prime_lora.prime.prm_loss",
+        "verl_prime_lora.prime.prm_worker",
     ):
         assert not facts["loaded_first"]["verl"]  # pure math and the PRM's loss: veRL is imported where used
     # veRL's root logger is at WARNING; the package's logger still shows its INFO lines, once
@@ -92,11 +92,11 @@ def test_package_logs_where_the_root_handler_drops_info(tmp_path):
     run = run_python(
         textwrap.dedent("""
         import logging
-        import verl_prime_lora.integration.trainer
+        import verl_prime_lora.prime.trainer
         root_handler = logging.StreamHandler()
         root_handler.setLevel(logging.ERROR)
         logging.getLogger().handlers[:] = [root_handler]  # the TaskRunner's one root handler
-        log = logging.getLogger("verl_prime_lora.integration.trainer")
+        log = logging.getLogger("verl_prime_lora.prime.trainer")
         log.info("PRIME: an INFO line")
         log.error("PRIME: an ERROR line")
     """),

@@ -18,7 +18,7 @@ import verl
 from hydra import compose, initialize_config_dir
 from main_ppo_driver import main_ppo_stopped_before_ray
 
-import verl_prime_lora.integration.patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
+import verl_prime_lora.plugin.patches  # noqa: F401 - the driver-side hook under test (also loaded at `import verl`)
 from verl_prime_lora.checks.inputs import InputCheckError, check_inputs
 from verl_prime_lora.checks.inputs import devices as inputs_devices
 from verl_prime_lora.config.verl_view import verl_view

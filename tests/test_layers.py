@@ -9,17 +9,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "verl_prime_lora"
 # What each layer may import besides itself; the package root's `__init__` (the logger) is open to all.
 ALLOWED = {
     "config": set(),
-    "checkpoint_folders": set(),
+    "checkpoints": {"config"},
     "algo": {"config"},
     "rewards": set(),
     "run_processes": set(),
     "patching": set(),
     "verl_surface": set(),
     "cpu": {"patching", "run_processes"},
-    "checks": {"checkpoint_folders", "config", "rewards"},
+    "checks": {"checkpoints", "config", "rewards"},
     "tools": {"config", "rewards"},
     "preflight": {"checks", "config"},
-    "integration": {"algo", "checkpoint_folders", "checks", "config", "patching", "rewards", "run_processes"},
+    "hardening": {"checkpoints", "config", "rewards"},
+    "prime": {"algo", "checkpoints", "checks", "config", "hardening", "rewards"},
+    "plugin": {"algo", "checkpoints", "checks", "config", "hardening", "patching", "prime", "rewards", "run_processes"},
     "demo": {"algo", "cpu", "rewards", "tools"},
 }
 

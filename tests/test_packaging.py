@@ -108,7 +108,7 @@ def test_wheel_contents(wheel):
         entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "verl_prime_lora/recipe/prime_lora.yaml" in names
     assert "verl_prime_lora/algo/core_algos.py" in names
-    assert "[verl.plugins]" in entry_points and "verl_prime_lora.integration.plugin" in entry_points
+    assert "[verl.plugins]" in entry_points and "verl_prime_lora.plugin.plugin" in entry_points
     assert "[vllm.general_plugins]" in entry_points and "verl_prime_lora.cpu.vllm_plugin:apply" in entry_points
 
 
@@ -134,7 +134,7 @@ def test_installed_wheel_composes_recipe_outside_checkout(wheel, tmp_path):
     assert "adv_estimator: prime_grpo" in run.stdout
     assert "\nrecipe:" not in run.stdout
     where = subprocess.run(
-        [sys.executable, "-c", "import verl_prime_lora.integration.hydra_search_path as h; print(h.config_root())"],
+        [sys.executable, "-c", "import verl_prime_lora.plugin.hydra_search_path as h; print(h.config_root())"],
         cwd=workdir,
         env=env,
         capture_output=True,
@@ -205,8 +205,8 @@ BEFORE_PROBE = "import importlib.util as u; print(u.find_spec('verl_prime_lora')
 PROBE = """
 import importlib.metadata as md, json, sys
 import verl  # imports every `verl.plugins` entry point
-from verl_prime_lora.integration.hydra_search_path import config_root
-plugin = sys.modules.get("verl_prime_lora.integration.plugin")
+from verl_prime_lora.plugin.hydra_search_path import config_root
+plugin = sys.modules.get("verl_prime_lora.plugin.plugin")
 print(json.dumps({
     "plugin": plugin and plugin.__file__,
     "verl": verl.__file__,
@@ -239,8 +239,8 @@ WHY_AND_HOW = {
         "Unset VERL_USE_EXTERNAL_PLUGINS, or set it to name prime_lora.",
     ),
     "failing": (
-        "importing verl_prime_lora.integration.plugin failed: ImportError: planted by tests/test_packaging.py",
-        "Fix that error: `python -c 'import verl_prime_lora.integration.plugin'` shows its traceback.",
+        "importing verl_prime_lora.plugin.plugin failed: ImportError: planted by tests/test_packaging.py",
+        "Fix that error: `python -c 'import verl_prime_lora.plugin.plugin'` shows its traceback.",
     ),
 }
 # Sub-cases per install form, crossed so that both forms run inside and outside the checkout and meet both causes

@@ -1,4 +1,4 @@
-"""A run that is not PRIME is veRL's own: no process of it applies a patch of the plugin (`integration.prime_run`).
+"""A run that is not PRIME is veRL's own: no process of it applies a patch of the plugin (`plugin.prime_run`).
 
 Each probe is a fresh interpreter that records every object of each patched veRL module (and of the classes it
 defines) right after the module executes, before any patch can run (`patching.when_imported`, registered before
@@ -27,8 +27,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-from verl_prime_lora.integration import plugin_state, prime_run
-from verl_prime_lora.integration.patches import DRIVER_TASK_NAME, MODULE_PATCHES
+from verl_prime_lora.config.run import PRIME_RUN_ENV
+from verl_prime_lora.plugin import plugin_state, prime_run
+from verl_prime_lora.plugin.patches import DRIVER_TASK_NAME, MODULE_PATCHES
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 SETUP_PY = Path(__file__).resolve().parents[1] / "setup.py"
@@ -96,7 +97,7 @@ def ray_job_env_vars(config) -> dict[str, str]:
 
 def probe(tmp_path, env_vars: dict[str, str], driver_overrides: list[str] | None) -> dict:
     spec = {"modules": [*MODULE_PATCHES, MAIN_PPO], "driver_overrides": driver_overrides}
-    env = {key: value for key, value in os.environ.items() if key != prime_run.PRIME_RUN_ENV}
+    env = {key: value for key, value in os.environ.items() if key != PRIME_RUN_ENV}
     # VERL_PLATFORM=nvidia: the CPU platform (`verl_prime_lora.cpu`, not the product) stays a no-op, as on a GPU host
     env.update(env_vars, VERL_PLATFORM="nvidia", HYDRA_FULL_ERROR="1", HF_HUB_OFFLINE="1")
     run = subprocess.run(
@@ -148,9 +149,9 @@ def test_the_driver_is_patched_only_in_a_prime_run(run, tmp_path):
 def test_only_the_prime_recipes_mark_a_run():
     for recipes in ("prime_lora", "prime_lora_colocated", "[prime_lora_colocated,prompt_filter,cpu]"):
         config = compose_ppo(f"+recipe={recipes}")
-        assert ray_job_env_vars(config)[prime_run.PRIME_RUN_ENV] == "1", recipes
+        assert ray_job_env_vars(config)[PRIME_RUN_ENV] == "1", recipes
     for overrides in (GRPO, ["+recipe=cpu"]):  # the CPU preset is a platform: a plain veRL run on it is veRL's own
-        assert prime_run.PRIME_RUN_ENV not in ray_job_env_vars(compose_ppo(*overrides)), overrides
+        assert PRIME_RUN_ENV not in ray_job_env_vars(compose_ppo(*overrides)), overrides
 
 
 def test_the_drivers_callback_is_not_built_without_the_plugin(monkeypatch):
@@ -169,9 +170,9 @@ def test_the_drivers_callback_is_not_built_without_the_plugin(monkeypatch):
 def test_the_plugin_refuses_to_register_under_another_verl(monkeypatch, caplog):
     monkeypatch.setattr(verl, "__version__", "0.9.2")
     monkeypatch.setattr(plugin_state, "_registered", False)
-    monkeypatch.delitem(sys.modules, "verl_prime_lora.integration.plugin")  # restored afterwards
+    monkeypatch.delitem(sys.modules, "verl_prime_lora.plugin.plugin")  # restored afterwards
     with caplog.at_level(logging.ERROR), pytest.raises(ImportError) as err:
-        importlib.import_module("verl_prime_lora.integration.plugin")
+        importlib.import_module("verl_prime_lora.plugin.plugin")
     line = str(err.value)
     assert "\n" not in line and line.startswith("verl-prime-lora 0.1.0 supports veRL 0.9.1 only"), line
     assert "veRL 0.9.2" in line and "pip install verl==0.9.1" in line, line
@@ -180,7 +181,7 @@ def test_the_plugin_refuses_to_register_under_another_verl(monkeypatch, caplog):
 
 
 def test_the_supported_verl_is_setup_pys_pin():
-    from verl_prime_lora.integration.plugin import VERL_VERSION
+    from verl_prime_lora.plugin.plugin import VERL_VERSION
 
     pin = re.search(r'^VERL = "verl==([^"]+)"', SETUP_PY.read_text(encoding="utf-8"), flags=re.MULTILINE)
     assert pin and pin[1] == VERL_VERSION

@@ -21,14 +21,13 @@ from omegaconf import OmegaConf
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from verl_prime_lora.config import run_config
-from verl_prime_lora.config.run import REF_FROZEN
+from verl_prime_lora.config.run import PRIME_RUN_ENV, REF_FROZEN
 from verl_prime_lora.config.section import PrimeConfigError
-from verl_prime_lora.integration import prime_step as prime_step_module
-from verl_prime_lora.integration import trainer as trainer_module
-from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
-from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD
-from verl_prime_lora.integration.reward_failures import ERROR_KEY, FAILED_KEY
-from verl_prime_lora.integration.step_guards import NonFiniteError
+from verl_prime_lora.hardening.reward_failures import ERROR_KEY, FAILED_KEY
+from verl_prime_lora.hardening.step_guards import NonFiniteError
+from verl_prime_lora.prime import prime_step as prime_step_module
+from verl_prime_lora.prime import trainer as trainer_module
+from verl_prime_lora.prime.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 BETA = 0.05  # prime.prm.beta

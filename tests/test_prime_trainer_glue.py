@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from tensordict import NonTensorData, TensorDict
 from verl.protocol import DataProto
 
-import verl_prime_lora.integration.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
+import verl_prime_lora.plugin.patches  # noqa: F401 - applies the patches under test (also loaded at `import verl`)
 from verl_prime_lora.algo.implicit_prm import prm_bce_loss
 from verl_prime_lora.algo.prm_metrics import (
     advantage_part_metrics,
@@ -32,7 +32,7 @@ from verl_prime_lora.algo.prm_metrics import (
     process_spread_metrics,
 )
 from verl_prime_lora.algo.process_gate import ProcessGate
-from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
+from verl_prime_lora.checkpoints import prime_state_file, prm_checkpoint_dir
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.config import prime_config
 from verl_prime_lora.config.prime import PrmConfig, advantage_config
@@ -47,8 +47,10 @@ from verl_prime_lora.config.run import (
     resume_folder,
 )
 from verl_prime_lora.config.verl_view import algorithm_view, model_view, verl_view
-from verl_prime_lora.integration.prime_step import PrimeStep, StepContext, prime_advantages
-from verl_prime_lora.integration.prm_loss import (
+from verl_prime_lora.hardening.step_guards import NonFiniteError
+from verl_prime_lora.patching import is_patched
+from verl_prime_lora.prime.prime_step import PrimeStep, StepContext, prime_advantages
+from verl_prime_lora.prime.prm_loss import (
     CAPTURED_LOG_PROBS,
     PRM_LABEL_FIELD,
     PRM_REF_FIELD,
@@ -56,12 +58,10 @@ from verl_prime_lora.integration.prm_loss import (
     PRM_WEIGHT_FIELD,
     prm_loss,
 )
-from verl_prime_lora.integration.prm_passes import model_dropout, update_forward_is_pre_update
-from verl_prime_lora.integration.prm_worker import assemble_captured_log_probs, build_prm_worker_config
-from verl_prime_lora.integration.step_guards import NonFiniteError
-from verl_prime_lora.integration.step_rows import labels_from_extra_fields, nested_rows, pad_nested
-from verl_prime_lora.integration.trainer import PrimeTrainerSeparateAsync, PrimeTrainerSync
-from verl_prime_lora.patching import is_patched
+from verl_prime_lora.prime.prm_passes import model_dropout, update_forward_is_pre_update
+from verl_prime_lora.prime.prm_worker import assemble_captured_log_probs, build_prm_worker_config
+from verl_prime_lora.prime.step_rows import labels_from_extra_fields, nested_rows, pad_nested
+from verl_prime_lora.prime.trainer import PrimeTrainerSeparateAsync, PrimeTrainerSync
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -479,7 +479,7 @@ def test_model_dropout_reads_the_config_and_its_overrides(tiny_model, tmp_path):
 def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
     model = OmegaConf.create({"path": tiny_model, "lora_rank": 8})
     assert model_dropout(model_view(model)) == 0.0  # veRL's LoraConfig has none; nothing asked for one
-    model.lora = {"dropout": 0.05}  # applied by integration.patches.install_lora_dropout
+    model.lora = {"dropout": 0.05}  # applied by plugin.patches.install_lora_dropout
     assert model_dropout(model_view(model)) == 0.05
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -493,7 +493,7 @@ def test_model_dropout_counts_a_lora_prm_adapters_dropout(tiny_model, tmp_path):
 
 
 def test_multi_output_sessions_are_refused_before_any_update():
-    from verl_prime_lora.integration.step_rows import refuse_multi_output_sessions
+    from verl_prime_lora.prime.step_rows import refuse_multi_output_sessions
 
     refuse_multi_output_sessions(["u_1_0", "u_2_0", "my_uid_3_0"], [False, False, False])
     refuse_multi_output_sessions(["u_1_0", "u_1_1"], [False, True])  # a padding row copies another's key
@@ -795,7 +795,7 @@ def test_prm_diagnostics_of_length_drift_and_the_policy_shift():
     ],
 )
 def test_prm_passes_per_step_and_their_minimum(update, reference, today, minimum):
-    from verl_prime_lora.integration.prm_passes import PrmPasses, prm_passes
+    from verl_prime_lora.prime.prm_passes import PrmPasses, prm_passes
 
     assert prm_passes(update, reference) == (PrmPasses(*today), PrmPasses(*minimum))
     # only the pre-update PRM forward of a training mode is above the minimum

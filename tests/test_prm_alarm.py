@@ -1,4 +1,4 @@
-"""The run's alarm on a PRM gone bad (`integration.prm_alarm`) and the outcome its rankings are measured against."""
+"""The run's alarm on a PRM gone bad (`prime.prm_alarm`) and the outcome its rankings are measured against."""
 
 import json
 import math
@@ -11,7 +11,7 @@ import torch
 from verl_prime_lora.algo.implicit_prm import prm_ranking_z
 from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
 from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, process_gate_weight
-from verl_prime_lora.integration.prm_alarm import (
+from verl_prime_lora.prime.prm_alarm import (
     EFFECTIVE_WEIGHT_METRIC,
     RANKING_METRIC,
     RUNNING_Z_METRIC,
@@ -21,7 +21,7 @@ from verl_prime_lora.integration.prm_alarm import (
     PrmAlarm,
     ProcessSignals,
 )
-from verl_prime_lora.integration.step_rows import outcome_labels
+from verl_prime_lora.prime.step_rows import outcome_labels
 
 
 def signals(z: float = 0.0, ema: float = 0.5, gate: float = 1.0, groups_on: float | None = 1.0) -> ProcessSignals:

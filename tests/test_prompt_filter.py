@@ -6,7 +6,7 @@ import itertools
 import pytest
 import transfer_queue as tq
 
-from verl_prime_lora.integration.prompt_filter import (
+from verl_prime_lora.prime.prompt_filter import (
     METRIC_PREFIX,
     AccuracyBandReplayBuffer,
     AccuracyBandReplayBufferAsync,
@@ -165,7 +165,7 @@ def test_recipe_wires_the_filter_into_verl_sampler_config():
 
     cfg = compose_ppo("+recipe=[prime_lora,prompt_filter]")
     sampler = cfg.trainer.v1.sampler
-    assert sampler.custom_sampler.path == "pkg://verl_prime_lora.integration.prompt_filter"
+    assert sampler.custom_sampler.path == "pkg://verl_prime_lora.prime.prompt_filter"
     assert sampler.custom_sampler.name == "accuracy_band_replay_buffer"
     assert (sampler.sampler_kwargs.lower, sampler.sampler_kwargs.upper) == (0.2, 0.8)
     assert sampler.sampler_kwargs.train_batch_size == cfg.data.train_batch_size

@@ -14,8 +14,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import verl_prime_lora.integration.plugin as verl_plugin
-from verl_prime_lora.integration import hydra_search_path
+import verl_prime_lora.plugin.plugin as verl_plugin
+from verl_prime_lora.plugin import hydra_search_path
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -80,7 +80,7 @@ def test_failed_registration_is_loud(monkeypatch, caplog):
 IMPORT_VERL_ONLY = f"""
 import json, sys
 import verl
-plugin_loaded = "verl_prime_lora.integration.plugin" in sys.modules
+plugin_loaded = "verl_prime_lora.plugin.plugin" in sys.modules
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
@@ -202,7 +202,7 @@ def test_the_readmes_sdpa_way_out_is_the_drivers():
     ],
 )
 def test_a_recipe_composed_without_the_plugin_stops_before_ray_with_the_reason(monkeypatch, policy, reason, remedy):
-    from verl_prime_lora.integration import plugin_state
+    from verl_prime_lora.plugin import plugin_state
 
     cfg = compose_ppo("+recipe=prime_lora")
     assert cfg.trainer.use_v1 is True  # the plugin is loaded in this process
@@ -220,7 +220,7 @@ def test_a_checkout_that_is_not_installed_is_named(monkeypatch):
     path, but veRL finds no entry point to load."""
     import importlib.metadata
 
-    from verl_prime_lora.integration import plugin_state
+    from verl_prime_lora.plugin import plugin_state
 
     cfg = compose_ppo("+recipe=prime_lora")
     monkeypatch.setattr(plugin_state, "_registered", False)
@@ -230,21 +230,17 @@ def test_a_checkout_that_is_not_installed_is_named(monkeypatch):
 
 
 def test_a_plugin_that_failed_to_import_is_named_with_its_error(monkeypatch):
-    from verl_prime_lora.integration import plugin_state
+    from verl_prime_lora.plugin import plugin_state
 
     def failing():
-        raise ImportError("verl-prime-lora could not register: verl_prime_lora.integration.trainer: boom")
+        raise ImportError("verl-prime-lora could not register: verl_prime_lora.prime.trainer: boom")
 
     monkeypatch.setattr(plugin_state, "_registered", False)
     monkeypatch.setattr(plugin_state, "_import_plugin", failing)
     cfg = compose_ppo("+recipe=prime_lora_colocated")
-    with pytest.raises(
-        Exception, match="importing verl_prime_lora.integration.plugin failed: ImportError: verl-"
-    ) as err:
+    with pytest.raises(Exception, match="importing verl_prime_lora.plugin.plugin failed: ImportError: verl-") as err:
         cfg.trainer.use_v1  # noqa: B018
-    assert "Fix that error: `python -c 'import verl_prime_lora.integration.plugin'` shows its traceback." in str(
-        err.value
-    )
+    assert "Fix that error: `python -c 'import verl_prime_lora.plugin.plugin'` shows its traceback." in str(err.value)
 
 
 def test_the_cpu_preset_keeps_the_fp32_threshold():

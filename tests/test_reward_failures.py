@@ -1,4 +1,4 @@
-"""Reward failures of PRIME runs (verl_prime_lora.integration.reward_failures): the guard on veRL's reward-loop worker
+"""Reward failures of PRIME runs (verl_prime_lora.hardening.reward_failures): the guard on veRL's reward-loop worker
 (a failed row with the batch's key set, the first error logged once), the per-step accounting and stop
 of the trainer, and that the PRM neither trains on nor measures a row whose reward failed."""
 
@@ -20,25 +20,25 @@ from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 
-import verl_prime_lora.integration.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
+import verl_prime_lora.plugin.patches  # noqa: F401 - installs the guard under test (also loaded at `import verl`)
 from verl_prime_lora.algo.implicit_prm import balanced_label_weights
 from verl_prime_lora.algo.prm_metrics import prm_rewards_and_metrics
 from verl_prime_lora.checks.config_checks import PrimeConfigError, validate_prime_config
 from verl_prime_lora.config import prime_config, run_config
 from verl_prime_lora.config.run import reward_function_name
 from verl_prime_lora.config.verl_view import verl_view
-from verl_prime_lora.integration import prompt_filter
-from verl_prime_lora.integration import reward_failures as rf
-from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD, prm_loss
-from verl_prime_lora.integration.prompt_filter import AccuracyBandFilterMixin, BandFilter
-from verl_prime_lora.integration.reward_failures import (
+from verl_prime_lora.hardening import reward_failures as rf
+from verl_prime_lora.hardening.reward_failures import (
     ERROR_KEY,
     FAILED_KEY,
     RolloutFailureError,
     account_rollouts,
     guarded_score,
 )
-from verl_prime_lora.integration.step_rows import labelled_rows, labels_from_extra_fields, nested_rows, unlabelled_rows
+from verl_prime_lora.prime import prompt_filter
+from verl_prime_lora.prime.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_WEIGHT_FIELD, prm_loss
+from verl_prime_lora.prime.prompt_filter import AccuracyBandFilterMixin, BandFilter
+from verl_prime_lora.prime.step_rows import labelled_rows, labels_from_extra_fields, nested_rows, unlabelled_rows
 from verl_prime_lora.rewards.reward_info import LABEL_UNKNOWN_KEY
 
 PRIME_CONFIG = {
@@ -191,7 +191,7 @@ def test_verl_reward_loop_worker_is_guarded_for_prime_trainers():
 
 def test_guard_reads_the_prime_config_once_per_worker(monkeypatch):
     """The typed PRIME config is built once per reward worker, not once per rollout."""
-    import verl_prime_lora.integration.reward_failures as rf
+    import verl_prime_lora.hardening.reward_failures as rf
 
     calls = []
     real = rf.prime_config
@@ -514,7 +514,7 @@ def test_a_failed_batch_stops_before_any_prm_or_reference_forward(monkeypatch):
     from types import SimpleNamespace
 
     from verl_prime_lora.config.run import REF_FROZEN
-    from verl_prime_lora.integration import prime_step
+    from verl_prime_lora.prime import prime_step
 
     keys, is_padding, fields = _batch()
     monkeypatch.setattr(prime_step.tq, "kv_batch_get", lambda **kw: {"extra_fields": fields})
@@ -641,7 +641,7 @@ def test_a_non_finite_batch_stops_before_any_prm_or_reference_forward(monkeypatc
     from types import SimpleNamespace
 
     from verl_prime_lora.config.run import REF_FROZEN
-    from verl_prime_lora.integration import prime_step
+    from verl_prime_lora.prime import prime_step
 
     keys = ["a_0_0", "a_1_0", "a_2_0"]
     fields = [_unusable()] * 3

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_prime_lora.integration import rollout_health as rh
-from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
-from verl_prime_lora.integration.reward_failures import RolloutFailureError
-from verl_prime_lora.integration.trainer import PrimeTrainerMixin
+from verl_prime_lora.config.run import PRIME_RUN_ENV
+from verl_prime_lora.hardening import rollout_health as rh
+from verl_prime_lora.hardening.reward_failures import RolloutFailureError
+from verl_prime_lora.prime.trainer import PrimeTrainerMixin
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +139,7 @@ def test_healthy_replicas_and_other_threads_are_never_interrupted(monkeypatch):
 
 INTERRUPTED_WAIT = """
 import threading, time
-from verl_prime_lora.integration import rollout_health as rh
+from verl_prime_lora.hardening import rollout_health as rh
 rh.INTERRUPT_EVERY_S = 0.05
 monitor = rh.EngineMonitor(lambda: ["a"], problem=lambda address: "503", check_every_s=0.05, checks_to_dead=2)
 monitor.start()
@@ -162,7 +162,8 @@ def test_the_interrupt_ends_a_blocked_wait_of_the_main_thread_and_stop_absorbs_t
 BLOCKED_FIT = """
 import asyncio, functools, signal, sys, threading, time
 from types import SimpleNamespace
-from verl_prime_lora.integration import rollout_health as rh, trainer as tr
+from verl_prime_lora.hardening import rollout_health as rh
+from verl_prime_lora.prime import trainer as tr
 rh.INTERRUPT_EVERY_S = 0.05
 tr.EngineMonitor = functools.partial(
     rh.EngineMonitor, problem=lambda address: "/health answered 503", check_every_s=0.05, checks_to_dead=2
@@ -220,7 +221,7 @@ def test_a_fit_waiting_on_a_dead_engine_is_stopped_with_the_engine_named(process
 
 SIGINT_BEFORE_A_DEATH = """
 import signal, sys, time
-from verl_prime_lora.integration import rollout_health as rh
+from verl_prime_lora.hardening import rollout_health as rh
 signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == "ignored" else signal.default_int_handler)
 before = signal.getsignal(signal.SIGINT)
 monitor = rh.EngineMonitor(lambda: ["a"], problem=lambda address: None, check_every_s=0.05)

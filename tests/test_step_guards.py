@@ -1,4 +1,4 @@
-"""Non-finite values never reach an optimizer (verl_prime_lora.integration.step_guards, and
+"""Non-finite values never reach an optimizer (verl_prime_lora.hardening.step_guards, and
 verl_prime_lora.rewards.reward_values for a reward's result): what counts as a finite
 number, the stop after a NaN/inf PRM update, the stop on NaN/inf process rewards and advantages before they are
 written back, and the veRL behaviour the PRM update's message relies on."""
@@ -16,12 +16,11 @@ from verl import DataProto
 
 from verl_prime_lora.algo.prm_metrics import HeldOutRanking
 from verl_prime_lora.config import run_config
-from verl_prime_lora.config.run import REF_FROZEN
-from verl_prime_lora.integration import advantage_writeback
-from verl_prime_lora.integration import trainer as trainer_module
-from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV
-from verl_prime_lora.integration.prime_step import PrimeStep, StepContext
-from verl_prime_lora.integration.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
+from verl_prime_lora.config.run import PRIME_RUN_ENV, REF_FROZEN
+from verl_prime_lora.hardening.step_guards import NonFiniteError, check_actor_update, check_finite, check_prm_update
+from verl_prime_lora.prime import advantage_writeback
+from verl_prime_lora.prime import trainer as trainer_module
+from verl_prime_lora.prime.prime_step import PrimeStep, StepContext
 from verl_prime_lora.rewards.reward_values import is_value_problem, result_problem, value_problem
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from verl_prime_lora.integration import step_watchdog as sw
-from verl_prime_lora.integration.step_watchdog import StepWatchdog
+from verl_prime_lora.hardening import step_watchdog as sw
+from verl_prime_lora.hardening.step_watchdog import StepWatchdog
 
 
 class Clock:
@@ -101,7 +101,7 @@ def test_the_trainers_set_up_runs_under_the_watchdog_until_the_first_weight_sync
     veRL's sync runs, and ends the set-up after it."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from verl_prime_lora.integration import trainer as trainer_module
+    from verl_prime_lora.prime import trainer as trainer_module
 
     seen = []
 

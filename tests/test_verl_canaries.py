@@ -78,7 +78,7 @@ def test_every_entry_has_a_kind_and_appears_once():
 
 def test_the_manifest_lists_every_name_the_patch_tables_replace_as_patched():
     from verl_prime_lora.cpu.patches import MODULE_PATCHES as CPU_PATCHES
-    from verl_prime_lora.integration.patches import MODULE_PATCHES as PRIME_PATCHES
+    from verl_prime_lora.plugin.patches import MODULE_PATCHES as PRIME_PATCHES
 
     kinds = {entry.name: entry.kind for entry in [*verl_surface.VERL, *verl_surface.VLLM]}
     replaced = {
@@ -102,7 +102,7 @@ def test_the_manifest_lists_every_name_the_patch_tables_replace_as_patched():
 def test_the_manifest_lists_every_verl_method_the_prime_trainers_override():
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from verl_prime_lora.integration.trainer import PrimeTrainerMixin
+    from verl_prime_lora.prime.trainer import PrimeTrainerMixin
 
     kinds = {entry.name: entry.kind for entry in verl_surface.VERL}
     overridden = {

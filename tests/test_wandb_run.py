@@ -1,4 +1,4 @@
-"""One W&B run across resumes (`integration.wandb_run`): the id beside the checkpoints, given to the job's env."""
+"""One W&B run across resumes (`plugin.wandb_run`): the id beside the checkpoints, given to the job's env."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_prime_lora.config.verl_view import verl_view
-from verl_prime_lora.integration.wandb_run import RUN_ID_FILE, continue_wandb_run, new_run_id
+from verl_prime_lora.plugin.wandb_run import RUN_ID_FILE, continue_wandb_run, new_run_id
 
 
 def run_config(folder: Path, logger=("console", "wandb"), resume_mode="auto", resume_from_path=None):

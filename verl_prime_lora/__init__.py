@@ -1,11 +1,14 @@
 """verl-prime-lora: PRIME (arXiv 2502.01456) as a plugin for veRL 0.9.1, with a LoRA actor.
 
 Its folders are its layers: `config` (the run's configuration, read once: the typed PRIME sections, one view of
-every veRL key the plugin reads, what they say about the run), `algo` (the math), `checkpoint_folders` (where a
-run's checkpoints lie), `integration` (the veRL plugin, PRIME trainers, PRM worker, prompt filter, the step's guards,
-patches), `checks` (before Ray), `rewards`, `cpu` (the CPU platform), `preflight` (GPU memory), `tools` (eval,
-export, config reference, tiny models) and `demo` (the CPU main job);
-the Hydra config group is `recipe/`. veRL loads `verl_prime_lora.integration.plugin` itself.
+every veRL key the plugin reads, what they say about the run), `algo` (the math), `checkpoints` (where a run's
+checkpoints lie and how they are saved), `checks` (before Ray), `rewards`, `hardening` (what keeps a long run
+honest: reward failures, rollout health, the step watchdog, finiteness guards), `prime` (the PRIME trainers, the
+step, the PRM worker, the prompt filter), `plugin` (the `verl.plugins` entry point, the Hydra search path, the
+PRIME-run mark, the patches of veRL, W&B continuity), `verl_surface` (the manifest of every veRL name the plugin
+touches), `cpu` (the CPU platform), `preflight` (GPU memory), `tools` (eval, export, config reference, tiny models)
+and `demo` (the CPU main job);
+the Hydra config group is `recipe/`. veRL loads `verl_prime_lora.plugin.plugin` itself.
 
 **The seed**, as the code and the docs use the word: the training run behind the Tina-PRIME LoRA adapters, as their
 model card states it (DeepSeek-R1-Distill-Qwen-1.5B, LoRA r=32 α=128 on the seven projections, K=6 samples,

@@ -1,6 +1,6 @@
 """What every monkeypatch of this package shares: the mark it leaves, and the moment it is applied.
 
-`cpu/patches.py` (the CPU platform's) and `integration/patches.py` (the plugin's) wrap a veRL (or torch, vLLM)
+`cpu/patches.py` (the CPU platform's) and `plugin/patches.py` (the plugin's) wrap a veRL (or torch, vLLM)
 name with `wrap`, the one idiom: the wrapper carries the original's name and docstring and the plugin's `mark`, and
 a name that already holds the plugin's wrapper is left alone, so applying a patch twice is a no-op.
 
@@ -63,7 +63,7 @@ def when_imported(name: str, patch: Callable[[ModuleType], None]) -> None:
 
 class ModulePatch(NamedTuple):
     """A patch of one module, as the patch tables (`MODULE_PATCHES` of `cpu/patches.py` and
-    `integration/patches.py`) declare it."""
+    `plugin/patches.py`) declare it."""
 
     apply: Callable[[ModuleType], None]  # patches the module, once it has executed
     replaces: tuple[str, ...]  # what it sets in the module: `name` or `Class.attribute`

@@ -3,7 +3,7 @@
 `acc` = 1 when the response holds a digit, `score` = acc + its share of ASCII letters and digits (as in
 prime_label_reward.py, which veRL's loader cannot import from here). A run that trains its PRM on
 `prime.prm.label_key=prm_label` learns to rank the responses without a digit (outcome wrong) above those with
-one (outcome right): a PRM gone bad on purpose, which the run's alarm must name (`integration.prm_alarm`).
+one (outcome right): a PRM gone bad on purpose, which the run's alarm must name (`prime.prm_alarm`).
 """
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl_prime_lora.tools import checkpoints
+from verl_prime_lora.tools import fsdp_shards
 
 LORA_RANK, LORA_ALPHA = 8, 16  # the e2e runs' actor adapter (target_modules=all-linear)
 
@@ -23,9 +23,9 @@ def load_actor(step_dir: Path, lora: bool, world_size: int = 1):
     """The actor of a checkpoint written by `world_size` ranks as an HF model (PEFT-wrapped for LoRA), loaded
     strictly."""
     actor_dir = step_dir / "actor"
-    assert checkpoints.world_size(actor_dir) == world_size
+    assert fsdp_shards.world_size(actor_dir) == world_size
     adapter = {"r": LORA_RANK, "lora_alpha": LORA_ALPHA, "target_modules": "all-linear"} if lora else None
-    return checkpoints.load_model(actor_dir, lora=adapter).float()
+    return fsdp_shards.load_model(actor_dir, lora=adapter).float()
 
 
 def policy_shift(assets: dict[str, Path], model) -> float:

@@ -58,7 +58,7 @@ from loop_runs import (
 from benchmarks.evidence import pooled_z, pooled_z_threshold
 from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
-from verl_prime_lora.integration.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
+from verl_prime_lora.prime.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 
 pytestmark = pytest.mark.e2e
@@ -621,7 +621,7 @@ def inverted_prm(workdir, tiny_assets):
 
 @INVERTED_PRM_RUN
 def test_the_alarm_reads_each_step_and_warns_once_per_episode(inverted_prm):
-    """The alarm's wiring (`integration.prm_alarm`; when it must fire is pinned by the replays of
+    """The alarm's wiring (`prime.prm_alarm`; when it must fire is pinned by the replays of
     tests/test_prm_alarm.py): each step logs both alerts, the running z of the held-out ranking and the effective
     weight, equal to what the alarm computes from the same step's logged inputs, whatever this run's trajectory; each
     episode of each alert printed one warning. The PRM learned its flipped labels: on the batches it had just trained

@@ -1,5 +1,5 @@
 """benchmarks/prm_credit.py on a made-up run: a random tiny model on chain problems, a PRM checkpoint saved as
-veRL's FSDP shards are read back (`tools.checkpoints`), the frozen init as the PRM's reference."""
+veRL's FSDP shards are read back (`tools.fsdp_shards`), the frozen init as the PRM's reference."""
 
 import json
 

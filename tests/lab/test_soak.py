@@ -412,7 +412,7 @@ def fake_run_learning(name, assets, workdir, steps, test_freq, overrides, seed, 
     """What `run_learning` does, as far as the soak sees it: a process carrying the run marker, veRL's metrics file
     one line a step, a checkpoint every `save_freq` steps (tracker last, old folders beyond `keep` removed), a resume
     from the tracker; it ends -9 when its process is killed."""
-    from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
+    from verl_prime_lora.checkpoints import step_folders, tracker_text
 
     values = dict(override.split("=", 1) for override in overrides)
     root, save_freq = Path(values["trainer.default_local_dir"]), int(values["trainer.save_freq"])

@@ -1,6 +1,6 @@
 """The veRL functions `core_algos` uses, bound when first called, so that importing it does not import veRL.
 
-`import verl` loads this package's plugin (`integration.plugin`), which imports `core_algos` and then the
+`import verl` loads this package's plugin (`plugin.plugin`), which imports `core_algos` and then the
 trainer, which imports names from `core_algos`. Were `core_algos` to import veRL at its top, importing
 it before veRL would run the plugin while `core_algos` is half-initialised, and the trainer's import
 would fail. So `core_algos` imports only torch/numpy and this module:

@@ -5,7 +5,7 @@ offending key, and returns the run's `RunConfig` (`verl_prime_lora.config.run_co
 not PRIME's). It is called
 
 * in the driver, from veRL's own `validate_config` (main_ppo.py, before `run_ppo` calls
-  `ray.init`), through the one wrapper installed by `verl_prime_lora.integration.patches` — veRL has no
+  `ray.init`), through the one wrapper installed by `verl_prime_lora.plugin.patches` — veRL has no
   config hook before Ray starts; and
 * again in the PRIME trainers' `__init__` (inside the TaskRunner), which keep the `RunConfig` it returns: for
   entry points that bypass `main_ppo.main` it is their check.

@@ -9,7 +9,7 @@ lookup imports veRL's tracker-file reader when called).
 (`prime_sync`, `prime_separate_async`) or whose `algorithm.adv_estimator` is a PRIME estimator
 (`prime_grpo`, `prime_rloo`). Only these get the plugin's checks before Ray, its reward dry
 run and its reward-failure accounting. The plugin's patches follow the PRIME recipes' marker instead
-(`integration.prime_run`): a run not composed from a PRIME recipe is veRL's own.
+(`plugin.prime_run`): a run not composed from a PRIME recipe is veRL's own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from verl_prime_lora.config.prime import PrimeConfig, PrmConfig
 from verl_prime_lora.config.section import key_of, write
 from verl_prime_lora.config.verl_view import ModelView, VerlView, raw_value
 
-# trainer.v1.trainer_mode names registered by verl_prime_lora.integration.trainer, and the veRL mode each extends.
+# trainer.v1.trainer_mode names registered by verl_prime_lora.prime.trainer, and the veRL mode each extends.
 PRIME_TRAINERS = {"prime_sync": "sync", "prime_separate_async": "separate_async"}
 # Estimators that take PRIME's process rewards (registered by verl_prime_lora.algo.core_algos).
 PRIME_ESTIMATORS = ("prime_grpo", "prime_rloo")
@@ -129,6 +129,16 @@ def reference_source(view: VerlView, prm: PrmConfig, use_reference_policy: bool)
     if same_init and actor_uses_lora(view):
         return REF_ACTOR_REF if use_reference_policy and t_is_one else REF_ACTOR_BASE
     return REF_FROZEN
+
+
+# The PRIME recipes' mark on a run's Ray processes (plugin.prime_run says how it is set and read)
+PRIME_RUN_ENV = "VERL_PRIME_LORA_PRIME_RUN"
+PRIME_RUN_ENV_KEY = f"ray_kwargs.ray_init.runtime_env.env_vars.{PRIME_RUN_ENV}"  # where the PRIME recipes set it
+
+
+def in_prime_run_process() -> bool:
+    """This process belongs to a PRIME run's Ray job (the recipe's marker is in its environment)."""
+    return os.environ.get(PRIME_RUN_ENV) == "1"
 
 
 def trainer_loggers(view: VerlView) -> list[str]:

@@ -1,6 +1,6 @@
 """veRL 0.9.1 on a machine without a GPU: the `cpu` platform, its patches, the install step, a launcher.
 
-- `register`: imported by our `verl.plugins` entry point (verl_prime_lora/integration/plugin.py) in every
+- `register`: imported by our `verl.plugins` entry point (verl_prime_lora/plugin/plugin.py) in every
   process that imports verl; registers the `cpu` platform and applies `patches.apply_all()` when
   `VERL_PLATFORM=cpu` or the host has no accelerator, and does nothing on a CUDA machine.
 - `platform`: the `PlatformCPU` class; `patches`: every monkeypatch, each naming what it works around.

@@ -2,7 +2,7 @@
 
 `value_problem` / `result_problem` say why not for a reward-loop result whose score or PRM label is NaN, ±inf or
 not a number (a string, None). Two places ask: the start-up dry run (`checks.inputs.reward_dry_run`)
-refuses the reward function that returned it, and during the run `integration.reward_failures.guarded_score`
+refuses the reward function that returned it, and during the run `hardening.reward_failures.guarded_score`
 turns it into a failed row (reward 0, no PRM label; counted in ``reward/failed_*`` and stopped above
 ``prime.max_failed_rollout_ratio``).
 

@@ -3,7 +3,7 @@
     python -m verl_prime_lora.tools.export_adapter CKPT/global_step_N --out exported/global_step_N [--merged]
 
 veRL's trainer saves FSDP shards (``actor/model_world_size_W_rank_R.pt``), not a PEFT folder. This command joins
-every rank's shard (`verl_prime_lora.tools.checkpoints.full_state`) and leaves
+every rank's shard (`verl_prime_lora.tools.fsdp_shards.full_state`) and leaves
 
 * ``OUT/adapter``: ``adapter_config.json`` + ``adapter_model.safetensors``, usable as the seed
   documents it — ``PeftModel.from_pretrained(base, OUT/adapter).merge_and_unload()``. The weights are written
@@ -20,7 +20,7 @@ float32: bf16 keeps 8 significant bits, so a LoRA update below ~2e-3 of the weig
 
 r and alpha come from the checkpoint's ``lora_train_meta.json`` (veRL writes them), the target modules from the
 adapter's weights. ``lora_dropout`` comes from ``--lora_dropout``, else from ``lora_train_meta.json`` (this plugin
-records it there, see verl_prime_lora/integration/patches.py); ``base_model_name_or_path`` from ``--base_model``.
+records it there, see verl_prime_lora/plugin/patches.py); ``base_model_name_or_path`` from ``--base_model``.
 Dropout matters only to continue training.
 """
 
@@ -92,11 +92,11 @@ def export(
     from peft import LoraConfig
     from safetensors.torch import save_file
 
-    from verl_prime_lora.tools import checkpoints
+    from verl_prime_lora.tools import fsdp_shards
 
     actor, out = _actor_dir(Path(checkpoint)), Path(out)
     meta = _lora_meta(actor)
-    lora = adapter_state(checkpoints.full_state(actor))
+    lora = adapter_state(fsdp_shards.full_state(actor))
     if not lora:
         raise ValueError(f"{actor}: the checkpoint's shards hold no LoRA weights")
     paths = {"adapter": out / "adapter"}
@@ -130,12 +130,12 @@ def _merge(base_dir: str, base_checkpoint: Path | None, adapter: Path, target: P
     if base_checkpoint is None:
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
     else:
-        from verl_prime_lora.tools import checkpoints
+        from verl_prime_lora.tools import fsdp_shards
 
         base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_dir))
         weights = {
             name.removeprefix("base_model.model.").replace(".base_layer.", "."): tensor
-            for name, tensor in checkpoints.full_state(base_checkpoint).items()
+            for name, tensor in fsdp_shards.full_state(base_checkpoint).items()
             if ".lora_" not in name
         }
         base.load_state_dict(weights, strict=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-PATCHED = "patched"  # the plugin replaces it at run time (a `ModulePatch` of cpu/ or integration/patches.py)
+PATCHED = "patched"  # the plugin replaces it at run time (a `ModulePatch` of cpu/ or plugin/patches.py)
 OVERRIDDEN = "overridden"  # the PRIME trainers define a method of that name over veRL's
 RELIED = "relied on"  # the plugin repeats its logic, reads what it sets, or counts on what it does
 KINDS = (PATCHED, OVERRIDDEN, RELIED)

@@ -7,7 +7,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.__init__",
         RELIED,
         "ca0871b9dcfc0c8d",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.trainer_mode (property/setter) and __init__",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.trainer_mode (property/setter) and __init__",
         (
             "the base still sets self.trainer_mode from trainer.v1.trainer_mode and uses it only as the veRL mode "
             "name (sync/separate_async); self.use_reference_policy is still set in __init__"
@@ -18,7 +18,7 @@ TRAINER = [
         RELIED,
         "bff547182838a057",
         (
-            "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._load_checkpoint (builds the PRM there); "
+            "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin._load_checkpoint (builds the PRM there); "
             "verl_prime_lora/config/run.py: actor_uses_lora"
         ),
         (
@@ -30,10 +30,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._build_replay_buffer",
         RELIED,
         "fdaefcbc2eeeaba2",
-        (
-            "verl_prime_lora/integration/prompt_filter.py: accuracy_band_replay_buffer and "
-            "AccuracyBandFilterMixin.__init__"
-        ),
+        ("verl_prime_lora/prime/prompt_filter.py: accuracy_band_replay_buffer and AccuracyBandFilterMixin.__init__"),
         (
             "the keyword arguments a custom sampler receives (trainer_mode, sampler_kwargs, refill_fn, ...) and that "
             "filter_groups_metric/train_batch_size/gen_batch_size are still left to custom samplers"
@@ -44,7 +41,7 @@ TRAINER = [
         OVERRIDDEN,
         "4b42daf1e3d5720b",
         (
-            "verl_prime_lora/config/run.py: resume_folder; verl_prime_lora/integration/trainer.py: "
+            "verl_prime_lora/config/run.py: resume_folder; verl_prime_lora/prime/trainer.py: "
             "PrimeTrainerMixin._load_checkpoint"
         ),
         (
@@ -56,7 +53,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._save_checkpoint",
         OVERRIDDEN,
         "32d37bd459e00748",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._save_checkpoint",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin._save_checkpoint",
         (
             "the global_step_N folder, the hdfs remote path, the max-ckpt-to-keep rule it repeats for the PRM, and "
             "that the tracker file is still written last"
@@ -66,10 +63,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_old_log_prob",
         OVERRIDDEN,
         "44d291a7cc1930e9",
-        (
-            "verl_prime_lora/config/run.py: reference_source; integration/prime_step.py: "
-            "PrimeStep._prm_reference_log_probs"
-        ),
+        ("verl_prime_lora/config/run.py: reference_source; prime/prime_step.py: PrimeStep._prm_reference_log_probs"),
         (
             "old_log_probs are still computed at the rollout temperature (reused for the PRM only at 1.0) and stored "
             "under the field name `old_log_probs`"
@@ -86,10 +80,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_ref_log_prob",
         OVERRIDDEN,
         "0083e371d1a9d87d",
-        (
-            "verl_prime_lora/config/run.py: reference_source; integration/prime_step.py: "
-            "PrimeStep._prm_reference_log_probs"
-        ),
+        ("verl_prime_lora/config/run.py: reference_source; prime/prime_step.py: PrimeStep._prm_reference_log_probs"),
         (
             "ref log-probs are still computed at the rollout temperature (reused for the PRM only at 1.0) and stored "
             "under the field name `ref_log_prob`"
@@ -99,7 +90,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_values",
         RELIED,
         "1ae811601c54561f",
-        "verl_prime_lora/integration/prm_worker.py: ImplicitPRM._infer, log_prob_meta, read_response_log_probs",
+        "verl_prime_lora/prime/prm_worker.py: ImplicitPRM._infer, log_prob_meta, read_response_log_probs",
         (
             "the PRM forward repeats the critic's protocol: extra_info keys, infer_batch + ray.get, and "
             "response_from_nested on what the worker wrote to TransferQueue"
@@ -109,7 +100,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer._update_critic",
         RELIED,
         "e6cd758e086d5b7d",
-        "verl_prime_lora/integration/prm_worker.py: ImplicitPRM.update",
+        "verl_prime_lora/prime/prm_worker.py: ImplicitPRM.update",
         (
             "the PRM update repeats the critic's extra_info (global/mini batch size x rollout.n, epochs, seed, "
             "dataloader_kwargs, temperature) and the metrics it reads back"
@@ -120,8 +111,8 @@ TRAINER = [
         OVERRIDDEN,
         "c9c63319c62aa27b",
         (
-            "verl_prime_lora/integration/advantage_writeback.py (the one copy of it): read_step_data, "
-            "preprocess_rewards, write_back; verl_prime_lora/integration/prime_step.py: PrimeStep._advantage_step"
+            "verl_prime_lora/prime/advantage_writeback.py (the one copy of it): read_step_data, "
+            "preprocess_rewards, write_back; verl_prime_lora/prime/prime_step.py: PrimeStep._advantage_step"
         ),
         (
             "read_step_data repeats the read (fields, padding, uid), preprocess_rewards the pre-processing "
@@ -134,7 +125,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._dapo_filtered_keys",
         RELIED,
         "b47266a70d5c2db7",
-        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys (overrides it)",
+        "verl_prime_lora/prime/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys (overrides it)",
         (
             "the return value (uids, Counter), the per-partition classification cache, finished_keys/partitions and "
             "how trajectory keys map to uids"
@@ -144,21 +135,21 @@ TRAINER = [
         "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._terminal_eviction_reasons",
         RELIED,
         "2e37b660d8f1b185",
-        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandReplayBuffer (sync trainers)",
+        "verl_prime_lora/prime/prompt_filter.py: AccuracyBandReplayBuffer (sync trainers)",
         "the sync buffer still evicts exactly the uids _dapo_filtered_keys returns",
     ),
     Entry(
         "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons",
         RELIED,
         "12739f340dad1430",
-        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandReplayBufferAsync (async trainers)",
+        "verl_prime_lora/prime/prompt_filter.py: AccuracyBandReplayBufferAsync (async trainers)",
         "the async buffer still evicts exactly the uids _dapo_filtered_keys returns",
     ),
     Entry(
         "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",
         RELIED,
         "ed59419296b12b90",
-        "verl_prime_lora/integration/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys",
+        "verl_prime_lora/prime/prompt_filter.py: AccuracyBandFilterMixin._dapo_filtered_keys",
         (
             "trajectory keys are still `{uid}_...` and their tag still carries `response_len` (read with a default of"
             " 0: a renamed tag would silently disable drop_truncated)"
@@ -168,14 +159,14 @@ TRAINER = [
         "verl.trainer.main_ppo:main",
         RELIED,
         "8097a698658043e9",
-        "verl_prime_lora/integration/patches.py: install_driver_validation",
+        "verl_prime_lora/plugin/patches.py: install_driver_validation",
         "the driver still calls validate_config (imported from verl.utils.config) before run_ppo starts Ray",
     ),
     Entry(
         "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._run_prompt",
         RELIED,
         "0d3f98d882a2b494",
-        "verl_prime_lora/integration/reward_failures.py: account_rollouts (counts what this drops)",
+        "verl_prime_lora/hardening/reward_failures.py: account_rollouts (counts what this drops)",
         (
             "a failed rollout is still left out of TransferQueue (the trainer counts it as dropped) and its "
             "trajectory keys are still `{uid}_{session}_{index}`"
@@ -185,7 +176,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_separate_async:PPOTrainerSeparateAsync._setup",
         RELIED,
         "6880d044d64de404",
-        "verl_prime_lora/integration/patches.py: tolerate_flush_kwarg_in_separate_async_logger",
+        "verl_prime_lora/plugin/patches.py: tolerate_flush_kwarg_in_separate_async_logger",
         "whether logger.info(..., flush=True) is gone (then drop the patch)",
     ),
     Entry(
@@ -218,7 +209,7 @@ TRAINER = [
         OVERRIDDEN,
         "da710d68b09f899d",
         (
-            "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.fit (stopped with the engine's name when a "
+            "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.fit (stopped with the engine's name when a "
             "vLLM replica dies: rollout_health)"
         ),
         (
@@ -230,49 +221,49 @@ TRAINER = [
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.init",
         OVERRIDDEN,
         "d3a46adc1e627b13",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.init (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.init (the step watchdog's phases)",
         "init still builds the worker groups and vLLM replicas and ends with on_init_end (the first weight sync)",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_init_end",
         OVERRIDDEN,
         "11c32595287ee2b6",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_init_end (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_init_end (the step watchdog's phases)",
         "still the first weight sync to the rollout replicas",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_train_begin",
         OVERRIDDEN,
         "ecf5475259466fd6",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_train_begin (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_train_begin (the step watchdog's phases)",
         "still called once before the first step",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_train_end",
         OVERRIDDEN,
         "bd6f9b4d815be5e7",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_train_end (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_train_end (the step watchdog's phases)",
         "still called once after the last step",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_step_begin",
         OVERRIDDEN,
         "228804f50e1f35e0",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_step_begin (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_step_begin (the step watchdog's phases)",
         "still called at each step's start, before sampling",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_sample_begin",
         OVERRIDDEN,
         "a57c337aeb35a751",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_sample_begin (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_sample_begin (the step watchdog's phases)",
         "still called before the step's rollouts and rewards",
     ),
     Entry(
         "verl.trainer.ppo.v1.trainer_base:PPOTrainer.on_step_end",
         OVERRIDDEN,
         "0bf72fbacdadc080",
-        "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin.on_step_end (the step watchdog's phases)",
+        "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin.on_step_end (the step watchdog's phases)",
         "still called at each step's end, where the weight sync runs",
     ),
     Entry(
@@ -280,7 +271,7 @@ TRAINER = [
         OVERRIDDEN,
         "fa391cd3b3105df2",
         (
-            "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._update_actor (the step watchdog's phases; "
+            "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin._update_actor (the step watchdog's phases; "
             "step_guards.check_actor_update)"
         ),
         ("it still writes actor/pg_loss and actor/grad_norm into the metrics dict it is given and returns the batch"),
@@ -289,7 +280,7 @@ TRAINER = [
         "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer.sample",
         RELIED,
         "b5d18252bd6fa442",
-        "verl_prime_lora/cpu/patches.py: poll_replay_buffer_often; verl_prime_lora/integration/prompt_filter.py",
+        "verl_prime_lora/cpu/patches.py: poll_replay_buffer_often; verl_prime_lora/prime/prompt_filter.py",
         (
             "sample still re-reads the rollout statuses and sleeps self.poll_interval while the batch is incomplete, "
             "and still calls the eviction filters the prompt filter overrides"

@@ -7,7 +7,7 @@ WORKERS = [
         "verl.utils.fsdp_utils:_select_fsdp2_wrap_targets",
         PATCHED,
         "aeb088da4c1b1ec8",
-        "verl_prime_lora/integration/patches.py: keep_untied_lm_head_in_root_unit (wraps it)",
+        "verl_prime_lora/plugin/patches.py: keep_untied_lm_head_in_root_unit (wraps it)",
         (
             "whether an untied lm_head is still picked as a unit of its own (if not, or if the fused forward now "
             "gathers it, drop the patch: tests/test_gpu_path.py's untied-lm_head test tells)"
@@ -17,14 +17,14 @@ WORKERS = [
         "verl.models.transformers.dense_common:forward_with_torch_backend",
         RELIED,
         "25033118f87a4cdc",
-        "verl_prime_lora/integration/patches.py: keep_untied_lm_head_in_root_unit",
+        "verl_prime_lora/plugin/patches.py: keep_untied_lm_head_in_root_unit",
         "whether the fused forward still reads self.lm_head.weight without calling the lm_head",
     ),
     Entry(
         "verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.__init__",
         PATCHED,
         "07bddaa3416b9684",
-        "verl_prime_lora/integration/patches.py: install_run_unique_colocated_ipc (wraps it)",
+        "verl_prime_lora/plugin/patches.py: install_run_unique_colocated_ipc (wraps it)",
         (
             "self.zmq_handle is still ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{r}-rank-{k}.sock, named by the Ray"
             " job id alone (if it is now unique per Ray cluster, drop patch 7: tests/test_colocated_ipc.py tells)"
@@ -34,14 +34,14 @@ WORKERS = [
         "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.__init__",
         PATCHED,
         "ae9f62d72952d155",
-        "verl_prime_lora/integration/patches.py: name_vllm_workers_ipc_by_run (wraps it)",
+        "verl_prime_lora/plugin/patches.py: name_vllm_workers_ipc_by_run (wraps it)",
         ("it still sets VERL_RAY_JOB_ID in its own environment, before vLLM's worker processes start (launch_server)"),
     ),
     Entry(
         "verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._get_zmq_handle",
         RELIED,
         "18eaee9b5e5436fa",
-        "verl_prime_lora/integration/patches.py: name_vllm_workers_ipc_by_run",
+        "verl_prime_lora/plugin/patches.py: name_vllm_workers_ipc_by_run",
         "the receiver still names the socket from VERL_RAY_JOB_ID, as the sender does from the job id",
     ),
     Entry(
@@ -49,8 +49,8 @@ WORKERS = [
         RELIED,
         "89c6837320994ec5",
         (
-            "verl_prime_lora/integration/prm_passes.py: update_forward_is_pre_update; "
-            "verl_prime_lora/integration/prm_worker.py: assemble_captured_log_probs"
+            "verl_prime_lora/prime/prm_passes.py: update_forward_is_pre_update; "
+            "verl_prime_lora/prime/prm_worker.py: assemble_captured_log_probs"
         ),
         (
             "one mini-batch of the whole batch still means every row's first forward precedes the first optimizer "
@@ -61,35 +61,35 @@ WORKERS = [
         "verl.workers.engine_workers:TrainingWorker._postprocess_output",
         RELIED,
         "6952271cb3e15503",
-        "verl_prime_lora/integration/prm_loss.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
+        "verl_prime_lora/prime/prm_loss.py: CAPTURED_LOG_PROBS (a loss metric of (row, tensor) pairs)",
         "loss metrics other than loss/grad_norm/lr are still all-gathered over DP as objects, not reduced",
     ),
     Entry(
         "verl.workers.engine.utils:postprocess_batch_func",
         RELIED,
         "464a425a43e147a2",
-        "verl_prime_lora/integration/prm_loss.py: prm_loss's CAPTURED_LOG_PROBS metric",
+        "verl_prime_lora/prime/prm_loss.py: prm_loss's CAPTURED_LOG_PROBS metric",
         "each micro-batch's loss metrics are still appended as they are (append_to_dict)",
     ),
     Entry(
         "verl.workers.utils.losses:value_loss",
         RELIED,
         "9f767d689be7de00",
-        "verl_prime_lora/integration/prm_loss.py: prm_loss",
+        "verl_prime_lora/prime/prm_loss.py: prm_loss",
         "prm_loss follows the same global-mini-batch normalisation (dp_size, global_batch_size)",
     ),
     Entry(
         "verl.utils.config:validate_config",
         PATCHED,
         "5422891e90e9f07d",
-        "verl_prime_lora/integration/patches.py: install_driver_validation (wraps it)",
+        "verl_prime_lora/plugin/patches.py: install_driver_validation (wraps it)",
         "the signature the wrapper forwards (config, *args, **kwargs)",
     ),
     Entry(
         "verl.workers.engine.fsdp.transformer_impl:FSDPEngine._build_lora_module",
         PATCHED,
         "9db7c3ebf53fce72",
-        "verl_prime_lora/integration/patches.py: install_lora_dropout (wraps it)",
+        "verl_prime_lora/plugin/patches.py: install_lora_dropout (wraps it)",
         (
             "whether the LoraConfig now sets lora_dropout itself (then drop the patch), and that it still returns the"
             " peft model before FSDP wrapping"
@@ -99,17 +99,14 @@ WORKERS = [
         "verl.utils.checkpoint.fsdp_checkpoint_manager:FSDPCheckpointManager._get_lora_train_meta",
         PATCHED,
         "84cf6f664cfe4623",
-        "verl_prime_lora/integration/patches.py: install_lora_dropout (wraps it)",
+        "verl_prime_lora/plugin/patches.py: install_lora_dropout (wraps it)",
         "it still returns a dict (or None) read from peft_config['default']",
     ),
     Entry(
         "verl.experimental.reward_loop.reward_loop:RewardLoopWorker.compute_score",
         PATCHED,
         "6c477aeff8b103ba",
-        (
-            "verl_prime_lora/integration/patches.py: install_reward_failure_guard (wraps it; "
-            "reward_failures.guarded_score)"
-        ),
+        ("verl_prime_lora/plugin/patches.py: install_reward_failure_guard (wraps it; reward_failures.guarded_score)"),
         (
             "it is still the per-rollout entry the agent loop calls, returns {'reward_score', 'reward_extra_info'} "
             "and lets the reward function's exception propagate"
@@ -120,7 +117,7 @@ WORKERS = [
         PATCHED,
         "fdc683ffa0588be8",
         (
-            "verl_prime_lora/integration/patches.py: install_reward_failure_guard (wraps it; "
+            "verl_prime_lora/plugin/patches.py: install_reward_failure_guard (wraps it; "
             "reward_failures.complete_key_sets)"
         ),
         "it still scores a batch through compute_score and takes the reward_extra_info key set from row 0",
@@ -192,7 +189,7 @@ WORKERS = [
         RELIED,
         "4469612a6e92527f",
         (
-            "verl_prime_lora/integration/trainer.py: PrimeTrainerMixin._rollout_server_addresses (rollout_health's "
+            "verl_prime_lora/prime/trainer.py: PrimeTrainerMixin._rollout_server_addresses (rollout_health's "
             "engine monitor)"
         ),
         (

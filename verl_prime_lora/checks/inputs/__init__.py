@@ -3,7 +3,7 @@
 `check_inputs(config)` raises `InputCheckError` (a `ValueError` whose message starts with the config key,
 and names the path or row) for inputs that veRL 0.9.1 would otherwise reject only minutes later inside a
 Ray actor, or on which it hangs. It runs for every PRIME `main_ppo` run with this plugin, from the driver-side
-wrapper of veRL's `validate_config` (`integration.patches.install_driver_validation`), in three parts: `check_devices`
+wrapper of veRL's `validate_config` (`plugin.patches.install_driver_validation`), in three parts: `check_devices`
 (on the config's `VerlView`) before the config checks of `config_checks.validate_prime_config` (whose micro-batch
 arithmetic assumes the devices are there, so a missing device is blamed as such), `check_host_cpus` and
 `check_files_and_code` (2-6) after them, on the `RunConfig` they return. In order,

@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from verl_prime_lora.checkpoint_folders import (
+from verl_prime_lora.checkpoints import (
     CHECKPOINT_TRACKER,
     prime_state_file,
     prm_checkpoint_dir,

@@ -26,7 +26,7 @@ from verl_prime_lora.rewards.reward_values import label_quantity, value_problem
 
 # veRL's default scorer runs the response as code for these sources: no dry run of code here.
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
-PROMPT_FILTER_SAMPLER = "verl_prime_lora.integration.prompt_filter"
+PROMPT_FILTER_SAMPLER = "verl_prime_lora.prime.prompt_filter"
 
 
 def _reward_function(view: VerlView, data_source: Any) -> tuple[Any, str, str] | None:

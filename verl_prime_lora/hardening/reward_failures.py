@@ -13,7 +13,7 @@ the batch with `is_padding` rows (trainer_base.py, ppo/padding_utils.py), and no
 For the PRIME trainers (`trainer.v1.trainer_mode` `prime_sync` / `prime_separate_async`) instead:
 
 * Reward-loop workers (`guarded_score`, installed on `RewardLoopWorker.compute_score` by
-  `integration.patches`): an exception while scoring one rollout, a call that runs past `prime.reward_timeout_s`
+  `plugin.patches`): an exception while scoring one rollout, a call that runs past `prime.reward_timeout_s`
   (veRL would wait on it for ever), or a score or PRM label that is NaN, ±inf or not a number
   (`reward_values.result_problem`), becomes a row with reward 0 and
   ``reward_extra_info`` = {``reward_failed``: 1.0, ``reward_error``: "Type: message" or the value problem

@@ -1,6 +1,6 @@
 """A soak quantity launch by launch: each launch's OLS slope per 100 steps and the steps where its value changes.
 
-`python benchmarks/results/soak/full_300steps/per_launch.py soak.json QUANTITY [--skip 10] [--changes]`
+`python -m benchmarks.soak_probes.per_launch soak.json QUANTITY [--skip 10] [--changes]`
 
 Reads `soak.json`'s per-step records (`segment` is the launch; replayed steps are left out) and prints, per launch,
 the slope of QUANTITY (a key of a record's `values`, such as `rss_mb/ray::WorkerDict`) over the steps at least

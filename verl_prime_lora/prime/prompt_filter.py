@@ -14,7 +14,7 @@ group is cleared from TransferQueue before any batch is drawn: it trains neither
 policy. `accuracy_band_replay_buffer` picks the one that matches the trainer. Turn it on with
 ``+recipe=[prime_lora,prompt_filter]`` (recipe/prompt_filter.yaml), which sets
 
-    trainer.v1.sampler.custom_sampler.path=pkg://verl_prime_lora.integration.prompt_filter
+    trainer.v1.sampler.custom_sampler.path=pkg://verl_prime_lora.prime.prompt_filter
     trainer.v1.sampler.custom_sampler.name=accuracy_band_replay_buffer
     trainer.v1.sampler.sampler_kwargs={lower: 0.2, upper: 0.8, drop_truncated: true, ...,
         train_batch_size: ${data.train_batch_size}, max_response_length: ${data.max_response_length}}
@@ -23,7 +23,7 @@ policy. `accuracy_band_replay_buffer` picks the one that matches the trainer. Tu
 Metrics per step, under ``training/prompt_filter/``:
 ``kept_ratio`` (kept / judged groups), ``evicted_low``, ``evicted_high``, ``evicted_truncated``.
 A group in which the reward function failed on a response (``reward_failed``, see
-`verl_prime_lora.integration.reward_failures`) is not judged and never evicted: the trainer counts it and applies
+`verl_prime_lora.hardening.reward_failures`) is not judged and never evicted: the trainer counts it and applies
 ``prime.max_failed_rollout_ratio``.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from verl_prime_lora.integration.reward_failures import FAILED_KEY
+from verl_prime_lora.hardening.reward_failures import FAILED_KEY
 from verl_prime_lora.rewards.reward_info import reward_extra_info
 
 METRIC_PREFIX = "training/prompt_filter"
@@ -129,7 +129,7 @@ class AccuracyBandFilterMixin:
                 lengths[uid].append(int(self.partitions[partition_id][key].get("response_len", 0)))
         for uid in new_uids:
             # kept unjudged: a failed group without trajectories (veRL's own failure handling decides), and a
-            # group with a failed reward, which the PRIME trainer must see to count it (integration.reward_failures)
+            # group with a failed reward, which the PRIME trainer must see to count it (hardening.reward_failures)
             if not accs[uid] or uid in reward_failed:
                 cache[uid] = None
                 continue

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from verl_prime_lora.algo.implicit_prm import balanced_label_weights
-from verl_prime_lora.integration.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_ROW_FIELD, PRM_WEIGHT_FIELD
+from verl_prime_lora.prime.prm_loss import PRM_LABEL_FIELD, PRM_REF_FIELD, PRM_ROW_FIELD, PRM_WEIGHT_FIELD
 from verl_prime_lora.rewards.reward_info import label_unknown, reward_extra_info
 
 # reward_extra_info key of the outcome accuracy, as veRL's validation reads it (`val-core/<source>/acc`)

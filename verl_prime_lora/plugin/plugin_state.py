@@ -11,7 +11,7 @@ would reach a misleading error of veRL's. So a PRIME recipe checks it twice, bot
 * `--cfg job --resolve` and Hydra's compose API: the recipe's `trainer.use_v1` is `${verl_prime_lora_plugin:true}`.
 
 Either returns when the plugin registered everything in this process (`mark_registered`, from
-`integration.plugin`), else raises `PluginNotLoadedError` naming why (not installed, turned off by
+`plugin.plugin`), else raises `PluginNotLoadedError` naming why (not installed, turned off by
 `VERL_USE_EXTERNAL_PLUGINS`, its import failed with this error, among them a veRL it does not support) and how to
 load it. Imports nothing of veRL.
 """
@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 RESOLVER = "verl_prime_lora_plugin"
 ENTRY_POINT = "prime_lora"  # setup.py's `verl.plugins` entry point
-PLUGIN_MODULE = "verl_prime_lora.integration.plugin"
+PLUGIN_MODULE = "verl_prime_lora.plugin.plugin"
 _registered = False
 
 

@@ -1,8 +1,13 @@
-"""A PRIME run's checkpoint folders: complete or absent, old ones removed only after a new one is published.
+"""A run's checkpoints: where they lie, and how a PRIME run saves them, complete or absent.
 
-A step's checkpoint is `<default_local_dir>/global_step_N/` (the PRM in `prm/` and the gate's state first, then
+`trainer.default_local_dir` holds one `global_step_N` folder per saved step and veRL's tracker,
+`latest_checkpointed_iteration.txt`, naming the last published step. PRIME adds the PRM (`global_step_N/prm`) and
+the step's own state (`global_step_N/prime_state.json`). The checks before Ray (`checks.inputs.resume_checkpoint`)
+and the trainer's saves and loads (`prime.trainer`) read the layout here.
+
+A step's checkpoint is `<default_local_dir>/global_step_N/` (the PRM in `prm/` and the step's state first, then
 veRL's actor, dataloader and TransferQueue state) and is published when veRL writes the step into
-`latest_checkpointed_iteration.txt`, last (atomically: `integration.patches`). So a crash mid-save leaves the tracker
+`latest_checkpointed_iteration.txt`, last (atomically: `plugin.patches`). So a crash mid-save leaves the tracker
 on the previous step, and `resume_mode=auto` resumes from there (`checks.inputs.resume_checkpoint` also
 steps past a torn tracker or an incomplete folder to the newest complete one).
 
@@ -10,7 +15,8 @@ veRL's checkpoint managers, given `trainer.max_actor_ckpt_to_keep = K ≥ 2`, de
 they save the new one, leaving step folders without their actor. The PRIME trainers instead save with nothing
 removed (`saving_without_removal`) and, once the tracker names the new step, remove whole step folders beyond the
 newest K (`remove_old_checkpoints`). A save that runs out of disk stops the run with the folder, the bytes a
-checkpoint takes and the bytes free (`CheckpointSpaceError`); the tracker still names the previous step.
+checkpoint takes and the bytes free (`CheckpointSpaceError`); the tracker still names the previous step. Imports
+nothing of veRL, torch or Ray.
 """
 
 from __future__ import annotations
@@ -18,14 +24,43 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from verl_prime_lora.checkpoint_folders import CHECKPOINT_TRACKER as TRACKER
-from verl_prime_lora.checkpoint_folders import step_folders, tracker_text
 from verl_prime_lora.config.section import write
 from verl_prime_lora.config.verl_view import TrainerView
+
+# veRL's tracker of the last published checkpoint step, in `trainer.default_local_dir`
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+_STEP_FOLDER = re.compile(r"global_step_(\d+)")
+
+
+def tracker_text(root: str | os.PathLike) -> str | None:
+    """What veRL's tracker in `root` holds, stripped (a step, or whatever a torn write left); None without one."""
+    tracker = Path(root) / CHECKPOINT_TRACKER
+    return tracker.read_text(errors="replace").strip() if tracker.is_file() else None
+
+
+def step_folders(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(N, folder) of every `global_step_N` folder under `root` (veRL's checkpoint folders), by step."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(match.group(1)), path) for path in root.iterdir() if (match := _STEP_FOLDER.fullmatch(path.name))]
+    return sorted(found)
+
+
+def prm_checkpoint_dir(global_step_folder: str) -> str:
+    """The PRM nests inside veRL's step folder: `<default_local_dir>/global_step_N/prm`."""
+    return os.path.join(global_step_folder, "prm")
+
+
+def prime_state_file(global_step_folder: str) -> str:
+    """The PRIME trainer's own state (the process gate's running mean) beside veRL's:
+    `<default_local_dir>/global_step_N/prime_state.json`."""
+    return os.path.join(global_step_folder, "prime_state.json")
 
 
 class CheckpointSpaceError(OSError):
@@ -96,8 +131,8 @@ def space_error(root: str | Path, step: int, exc: BaseException) -> CheckpointSp
         errno.ENOSPC,
         f"trainer.default_local_dir: no space left on the device of {root} while saving step {step} to "
         f"{root / f'global_step_{step}'}{needed}, {free / 1e9:.2f} GB are free. The run stops; {kept} and "
-        f"{TRACKER} still names it, so trainer.resume_mode=auto resumes from there. Free space, or keep fewer "
-        f"checkpoints (trainer.max_actor_ckpt_to_keep). The save's error: {type(exc).__name__}: {exc}",
+        f"{CHECKPOINT_TRACKER} still names it, so trainer.resume_mode=auto resumes from there. Free space, or keep "
+        f"fewer checkpoints (trainer.max_actor_ckpt_to_keep). The save's error: {type(exc).__name__}: {exc}",
     )
 
 

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-import verl_prime_lora.integration.patches  # noqa: F401 - installs the tracker patch under test
+import verl_prime_lora.plugin.patches  # noqa: F401 - installs the tracker patch under test
+from verl_prime_lora import checkpoints as cf
 from verl_prime_lora.config import run_config
 from verl_prime_lora.config.verl_view import verl_view
-from verl_prime_lora.integration import checkpoint_files as cf
-from verl_prime_lora.integration.trainer import PrimeTrainerMixin
+from verl_prime_lora.prime.trainer import PrimeTrainerMixin
 
 
 def step_folder(root, step, size=1000):
@@ -25,10 +25,10 @@ def step_folder(root, step, size=1000):
 
 
 def test_the_tracker_is_the_one_veRL_writes_and_reads():
-    """The atomic write (`integration.patches`) and the pre-Ray resume check find veRL's tracker by this name."""
+    """The atomic write (`plugin.patches`) and the pre-Ray resume check find veRL's tracker by this name."""
     from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
 
-    assert os.path.basename(get_checkpoint_tracker_filename("ckpt")) == cf.TRACKER
+    assert os.path.basename(get_checkpoint_tracker_filename("ckpt")) == cf.CHECKPOINT_TRACKER
 
 
 def test_veRLs_tracker_write_is_atomic(tmp_path):
@@ -36,7 +36,7 @@ def test_veRLs_tracker_write_is_atomic(tmp_path):
     beside the file and renames it over, so a reader sees the old step or the new one, never an empty file."""
     from verl.trainer.ppo.v1 import trainer_base
 
-    tracker = tmp_path / cf.TRACKER
+    tracker = tmp_path / cf.CHECKPOINT_TRACKER
     tracker.write_text("1")
     with trainer_base.open(tracker, "w") as handle:
         handle.write("2")
@@ -95,7 +95,7 @@ class VerlSave:
     def _save_checkpoint(self):
         root = Path(self.config.trainer.default_local_dir)
         step_folder(root, self.global_steps)
-        (root / cf.TRACKER).write_text(str(self.global_steps))
+        (root / cf.CHECKPOINT_TRACKER).write_text(str(self.global_steps))
 
 
 class FakeSave(PrimeTrainerMixin, VerlSave):
@@ -129,7 +129,7 @@ def test_the_save_publishes_then_removes_the_old_steps(tmp_path):
         assert trainer.keep_seen == [(None, None)]  # no manager removed anything while it saved
         assert trainer.config.trainer.max_actor_ckpt_to_keep == 2
     assert [step for step, _ in cf.step_folders(tmp_path)] == [2, 3]
-    assert (tmp_path / cf.TRACKER).read_text() == "3"
+    assert (tmp_path / cf.CHECKPOINT_TRACKER).read_text() == "3"
     assert json.loads((tmp_path / "global_step_3" / "prime_state.json").read_text()) == {"prm_pairwise_ema": 0.5}
 
 
@@ -146,7 +146,7 @@ def test_a_full_disk_names_the_folder_and_the_bytes_and_keeps_the_last_checkpoin
     assert f"while saving step 2 to {tmp_path / 'global_step_2'}" in message
     assert "a checkpoint takes 0.00 GB (global_step_1)" in message and "GB are free" in message
     assert f"the last complete checkpoint, {tmp_path / 'global_step_1'}, is intact" in message
-    assert (tmp_path / cf.TRACKER).read_text() == "1"
+    assert (tmp_path / cf.CHECKPOINT_TRACKER).read_text() == "1"
     assert (tmp_path / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt").exists()
     assert trainer.config.trainer.max_actor_ckpt_to_keep == 1  # restored after the failed save
 

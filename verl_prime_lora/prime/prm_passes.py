@@ -74,7 +74,7 @@ def update_forward_is_pre_update(prm: PrmConfig, dropout: float, batch_rows: int
 def model_dropout(model: ModelView) -> float:
     """The largest dropout probability in the PRM (`model`: its `prime.prm.model`): a `*dropout*` or `*_pdrop`
     number of its Hugging Face config (with `override_config`), and for a LoRA PRM its adapter's (`model.lora.dropout`,
-    which `integration.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
+    which `plugin.patches.install_lora_dropout` applies, else the `lora_dropout` of the adapter loaded from
     `lora_adapter_path`). 1.0 when a config cannot be read here (then nothing counts on 0)."""
     from transformers import AutoConfig
 

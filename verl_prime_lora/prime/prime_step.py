@@ -57,23 +57,23 @@ from verl_prime_lora.config.run import (
 )
 from verl_prime_lora.config.section import PrimeConfigError, key_of
 from verl_prime_lora.config.verl_view import AlgorithmView
-from verl_prime_lora.integration.advantage_writeback import (
+from verl_prime_lora.hardening.reward_failures import account_rollouts
+from verl_prime_lora.hardening.step_guards import check_finite, check_prm_update
+from verl_prime_lora.prime.advantage_writeback import (
     STEP_FIELDS,
     preprocess_rewards,
     read_step_data,
     write_back,
 )
-from verl_prime_lora.integration.prm_alarm import PrmAlarm, ProcessSignals
-from verl_prime_lora.integration.prm_passes import update_forward_is_pre_update
-from verl_prime_lora.integration.prm_worker import (
+from verl_prime_lora.prime.prm_alarm import PrmAlarm, ProcessSignals
+from verl_prime_lora.prime.prm_passes import update_forward_is_pre_update
+from verl_prime_lora.prime.prm_worker import (
     ImplicitPRM,
     assemble_captured_log_probs,
     log_prob_meta,
     read_response_log_probs,
 )
-from verl_prime_lora.integration.reward_failures import account_rollouts
-from verl_prime_lora.integration.step_guards import check_finite, check_prm_update
-from verl_prime_lora.integration.step_rows import (
+from verl_prime_lora.prime.step_rows import (
     StepRows,
     pad_nested,
     refuse_multi_output_sessions,

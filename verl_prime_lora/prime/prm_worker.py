@@ -33,7 +33,7 @@ from verl_prime_lora.config import RunConfig
 from verl_prime_lora.config.prime import PrmConfig
 from verl_prime_lora.config.run import PRM_TEMPERATURE, prm_is_lora
 from verl_prime_lora.config.verl_view import PrmView
-from verl_prime_lora.integration.prm_loss import CAPTURED_LOG_PROBS, prm_loss
+from verl_prime_lora.prime.prm_loss import CAPTURED_LOG_PROBS, prm_loss
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ state) and overrides these hooks of `PPOTrainer` (verl/trainer/ppo/v1/trainer_ba
 * `_save_checkpoint`: the PRM (weights, optimizer, scheduler, via veRL's FSDP checkpoint
   manager) into `global_step_N/prm` and the step's state first, then veRL's own save, whose tracker file
   `latest_checkpointed_iteration.txt` is written last — a checkpoint is never marked complete
-  without its PRM — and only then old checkpoints removed (`checkpoint_files`).
+  without its PRM — and only then old checkpoints removed (`checkpoints`).
 * `_compute_advantage` (runs after old/ref log-probs, before the actor update): `PrimeStep.compute_advantage`
   (the batch's accounting → PRM forward → reference forward → PRM update → token process rewards → gate → the
   estimator named by `algorithm.adv_estimator`, called with the process rewards), given what it reads of the
@@ -40,31 +40,33 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
-from verl_prime_lora.checkpoint_folders import prime_state_file, prm_checkpoint_dir
+from verl_prime_lora.checkpoints import (
+    checkpoints_to_keep,
+    no_space_left,
+    prime_state_file,
+    prm_checkpoint_dir,
+    remove_old_checkpoints,
+    saving_without_removal,
+    space_error,
+)
 from verl_prime_lora.checks.config_checks import compute_precision, step_batch_rows, validate_prime_config
 from verl_prime_lora.config import RunConfig
 from verl_prime_lora.config.run import (
+    PRIME_RUN_ENV_KEY,
     PRIME_TRAINERS,
     REF_FROZEN,
+    in_prime_run_process,
     reference_source,
     resume_folder,
     reward_function_name,
 )
 from verl_prime_lora.config.section import PrimeConfigError
-from verl_prime_lora.integration.checkpoint_files import (
-    checkpoints_to_keep,
-    no_space_left,
-    remove_old_checkpoints,
-    saving_without_removal,
-    space_error,
-)
-from verl_prime_lora.integration.prime_run import PRIME_RUN_ENV_KEY, in_prime_run_process
-from verl_prime_lora.integration.prime_step import PrimeStep, StepContext
-from verl_prime_lora.integration.prm_passes import model_dropout, prm_passes
-from verl_prime_lora.integration.prm_worker import ImplicitPRM
-from verl_prime_lora.integration.rollout_health import EngineMonitor, dead_replicas, engine_error
-from verl_prime_lora.integration.step_guards import check_actor_update
-from verl_prime_lora.integration.step_watchdog import StepWatchdog
+from verl_prime_lora.hardening.rollout_health import EngineMonitor, dead_replicas, engine_error
+from verl_prime_lora.hardening.step_guards import check_actor_update
+from verl_prime_lora.hardening.step_watchdog import StepWatchdog
+from verl_prime_lora.prime.prime_step import PrimeStep, StepContext
+from verl_prime_lora.prime.prm_passes import model_dropout, prm_passes
+from verl_prime_lora.prime.prm_worker import ImplicitPRM
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +174,7 @@ class PrimeTrainerMixin:
     def _save_checkpoint(self):
         """The PRM and the gate's state into `global_step_N`, then veRL's own save, which publishes the step in its
         tracker last; nothing is removed before that, and then the step folders beyond `max_actor_ckpt_to_keep`
-        (`checkpoint_files`). Out of disk: `CheckpointSpaceError`, the previous checkpoint still published."""
+        (`checkpoints`). Out of disk: `CheckpointSpaceError`, the previous checkpoint still published."""
         trainer = self.run.verl.trainer
         step_dir = f"global_step_{self.global_steps}"
         local = prm_checkpoint_dir(os.path.join(trainer.default_local_dir, step_dir))

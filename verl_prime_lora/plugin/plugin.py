@@ -10,7 +10,7 @@ Under any veRL but the one this plugin is built for (`VERL_VERSION`, setup.py's 
 fails with one line that names both versions (logged at ERROR, as veRL would hide it).
 
 Every process gets the registrations, names that a run uses only when it asks for them. The plugin's patches
-(`integration.patches`) are applied in the Ray processes of a PRIME run only (`prime_run.in_prime_run_process`);
+(`plugin.patches`) are applied in the Ray processes of a PRIME run only (`config.run.in_prime_run_process`);
 a PRIME run's driver gets them from the recipe's Hydra callback (`prime_run.PrimeRunDriver`).
 """
 
@@ -19,7 +19,7 @@ import importlib
 import logging
 
 from verl_prime_lora import __version__
-from verl_prime_lora.integration import plugin_state
+from verl_prime_lora.plugin import plugin_state
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def check_verl_version(installed: str) -> None:
 check_verl_version(importlib.import_module("verl").__version__)
 
 from verl_prime_lora.algo.verl_bindings import register_recorded_estimators  # noqa: E402 - veRL's version first
-from verl_prime_lora.integration import prime_run  # noqa: E402
+from verl_prime_lora.config.run import in_prime_run_process  # noqa: E402
 from verl_prime_lora.patching import when_imported  # noqa: E402
 
 # Each module registers its pieces with veRL / Hydra as an import side effect, except `core_algos`: it
@@ -53,14 +53,14 @@ from verl_prime_lora.patching import when_imported  # noqa: E402
 REGISTERING_MODULES = (
     # first: modules below import veRL engines that read the platform at import time
     "verl_prime_lora.cpu.register",  # `cpu` platform + its patches (no-op where CUDA is present)
-    "verl_prime_lora.integration.hydra_search_path",  # `+recipe=prime_lora` config group
+    "verl_prime_lora.plugin.hydra_search_path",  # `+recipe=prime_lora` config group
     "verl_prime_lora.algo.core_algos",  # records the `prime_grpo` / `prime_rloo` advantage estimators
 )
 # Imported, and so applied, in the Ray processes of a PRIME run only: the plugin's patches and warnings filter.
-PRIME_RUN_MODULES = ("verl_prime_lora.integration.patches",)
+PRIME_RUN_MODULES = ("verl_prime_lora.plugin.patches",)
 # `prime_sync` / `prime_separate_async` register with veRL's V1 trainers, where those are imported (the TaskRunner
 # looks them up there): importing the trainer imports veRL's whole V1 trainer, which most processes never use.
-TRAINERS_MODULE = "verl_prime_lora.integration.trainer"
+TRAINERS_MODULE = "verl_prime_lora.prime.trainer"
 VERL_ESTIMATORS = "verl.trainer.ppo.core_algos"  # where veRL's estimator registry lives
 VERL_TRAINERS = "verl.trainer.ppo.v1"
 
@@ -80,7 +80,7 @@ def register_all() -> None:
 
     Each failure is logged at ERROR with its traceback; then one ImportError lists them all.
     """
-    modules = REGISTERING_MODULES + (PRIME_RUN_MODULES if prime_run.in_prime_run_process() else ())
+    modules = REGISTERING_MODULES + (PRIME_RUN_MODULES if in_prime_run_process() else ())
     steps = [(name, functools.partial(importlib.import_module, name)) for name in modules]
     for what, module, register in (
         ("the advantage estimators", VERL_ESTIMATORS, lambda module: register_recorded_estimators()),

@@ -1,6 +1,6 @@
 """Every monkeypatch of veRL that the plugin makes, and its one warnings filter (the CPU platform keeps its own patches
 in `cpu/patches.py`). They act on PRIME runs only: importing this module applies them all (`apply_all`), and only a
-process of a PRIME run imports it (`integration.prime_run`: the plugin in a PRIME run's Ray processes, the recipe's
+process of a PRIME run imports it (`plugin.prime_run`: the plugin in a PRIME run's Ray processes, the recipe's
 Hydra callback in its driver). Any other run sees veRL as it is.
 
 veRL 0.9.1 offers no hook for these things, so each patch wraps or replaces one or a few veRL names (a function,
@@ -41,7 +41,7 @@ each replaces), idempotent.
    (`agent_loop.py`) and the colocated reward path (`compute_score_batch`, `reward_loop.py`)
    score each rollout. For PRIME trainers an exception there, or a call past `prime.reward_timeout_s`, becomes a
    counted failed row instead of a dropped rollout with a traceback each, or a stalled step
-   (`verl_prime_lora.integration.reward_failures`), and
+   (`verl_prime_lora.hardening.reward_failures`), and
    `compute_score_batch` gives a batch's failed rows the key set of its scored rows; a run of the recipe with one of
    veRL's own trainers keeps veRL's behaviour.
 
@@ -49,7 +49,7 @@ each replaces), idempotent.
    (verl/trainer/ppo/v1/trainer_base.py) publishes a checkpoint by writing `latest_checkpointed_iteration.txt` in
    place (`open(path, "w")`, then `write`): a crash between the two leaves an empty tracker that veRL's resume cannot
    parse. The module's `open` is given a wrapper that writes that one file beside itself and renames it over
-   (`checkpoint_files.write_atomically`); every other file opens as before.
+   (`checkpoints.write_atomically`); every other file opens as before.
 
 6. `keep_untied_lm_head_in_root_unit` wraps `verl.utils.fsdp_utils._select_fsdp2_wrap_targets`, which picks the
    modules `apply_fsdp2` shards as FSDP2 units of their own. For a model whose lm_head is not tied to its input
@@ -114,7 +114,7 @@ def _validated(original):
         from verl_prime_lora.checks.config_checks import validate_prime_config
         from verl_prime_lora.checks.environment_checks import check_environment
         from verl_prime_lora.checks.inputs import check_devices, check_files_and_code, check_host_cpus
-        from verl_prime_lora.integration.wandb_run import continue_wandb_run
+        from verl_prime_lora.plugin.wandb_run import continue_wandb_run
 
         if is_prime_run(config):
             view = verl_view(config)
@@ -225,7 +225,7 @@ _GUARD_ATTR = "_prime_reward_guard"  # cached on each RewardLoopWorker
 
 
 def install_reward_failure_guard(reward_loop) -> None:
-    from verl_prime_lora.integration.reward_failures import complete_key_sets, guarded_score, reward_guard
+    from verl_prime_lora.hardening.reward_failures import complete_key_sets, guarded_score, reward_guard
 
     def guard(worker):
         """`reward_guard` of the worker's config, read (a typed PRIME config built) once per worker; None, and no
@@ -276,15 +276,15 @@ class _AtomicTrackerFile:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            from verl_prime_lora.integration.checkpoint_files import write_atomically
+            from verl_prime_lora.checkpoints import write_atomically
 
             write_atomically(self.path, "".join(self.parts))
 
 
 def _tracker_open(file, mode="r", *args, **kwargs):
-    from verl_prime_lora.integration.checkpoint_files import TRACKER
+    from verl_prime_lora.checkpoints import CHECKPOINT_TRACKER
 
-    if mode == "w" and str(file).endswith(TRACKER):
+    if mode == "w" and str(file).endswith(CHECKPOINT_TRACKER):
         return _AtomicTrackerFile(file)
     return open(file, mode, *args, **kwargs)
 
