@@ -56,50 +56,49 @@ def logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return out
 
 
-def printed_launches() -> list[tuple[str, list[str], float]]:
-    """(where, overrides, GPU GiB) of every launch the docs print."""
+def printed_shell_lines() -> list[tuple[str, list[str]]]:
+    """(where, tokens) of every logical line of the docs' shell blocks."""
     found = []
     for doc in DOCS:
         for language, block in fenced_blocks((REPO / doc).read_text(encoding="utf-8")):
-            if language not in ("", "bash", "sh"):
-                continue
-            for number, line in logical_lines(block):
-                tokens = shlex.split(line, comments=True)
-                where = f"{doc}:{number}"
-                module = next((t for t in LAUNCHERS if t in tokens), None)
-                if module is not None:
-                    args = tokens[tokens.index(module) + 1 :]
-                elif tokens and all(OVERRIDE.match(t) for t in tokens):
-                    args = ["+recipe=prime_lora", *tokens]
-                else:
-                    continue
-                gib, overrides, skip = 80.0, [], False
-                for i, token in enumerate(args):
-                    if skip:
-                        skip = False
-                    elif token == "--gpu-memory-gib":
-                        gib, skip = float(args[i + 1]), True
-                    elif token.startswith("--"):
-                        skip = "=" not in token
-                    elif token != "...":
-                        overrides.append(token)
-                found.append((where, overrides, gib))
+            if language in ("", "bash", "sh"):
+                found += [(f"{doc}:{n}", shlex.split(line, comments=True)) for n, line in logical_lines(block)]
+    return found
+
+
+def printed_launches() -> list[tuple[str, list[str], float]]:
+    """(where, overrides, GPU GiB) of every launch the docs print."""
+    found = []
+    for where, tokens in printed_shell_lines():
+        module = next((t for t in LAUNCHERS if t in tokens), None)
+        if module is not None:
+            args = tokens[tokens.index(module) + 1 :]
+        elif tokens and all(OVERRIDE.match(t) for t in tokens):
+            args = ["+recipe=prime_lora", *tokens]
+        else:
+            continue
+        gib, overrides, skip = 80.0, [], False
+        for i, token in enumerate(args):
+            if skip:
+                skip = False
+            elif token == "--gpu-memory-gib":
+                gib, skip = float(args[i + 1]), True
+            elif token.startswith("--"):
+                skip = "=" not in token
+            elif token != "...":
+                overrides.append(token)
+        found.append((where, overrides, gib))
     return found
 
 
 def printed_script_launches() -> list[tuple[str, str, list[str]]]:
     """(where, script, arguments) of every `bash examples/run_*.sh ...` line the docs print."""
     found = []
-    for doc in DOCS:
-        for language, block in fenced_blocks((REPO / doc).read_text(encoding="utf-8")):
-            if language not in ("", "bash", "sh"):
-                continue
-            for number, line in logical_lines(block):
-                tokens = shlex.split(line, comments=True)
-                if "bash" in tokens and tokens.index("bash") + 1 < len(tokens):
-                    script = tokens[tokens.index("bash") + 1]
-                    if re.fullmatch(r"examples/run_(prime|grpo|gpu)[\w.]*\.sh", script):
-                        found.append((f"{doc}:{number}", script, tokens[tokens.index("bash") + 2 :]))
+    for where, tokens in printed_shell_lines():
+        if "bash" in tokens and tokens.index("bash") + 1 < len(tokens):
+            script = tokens[tokens.index("bash") + 1]
+            if re.fullmatch(r"examples/run_(prime|grpo|gpu)[\w.]*\.sh", script):
+                found.append((where, script, tokens[tokens.index("bash") + 2 :]))
     return found
 
 
