@@ -27,6 +27,7 @@ anything is written back (`step_guards`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +94,7 @@ class StepContext:
 
     global_step: int
     parameter_sync_step: int = 1
-    timing: dict = None
+    timing: dict = dataclasses.field(default_factory=dict)  # veRL's timing_raw of the step, which marked_timer adds to
     tokenizer: Any = None
     actor_wg: Any = None
     kl_ctrl: Any = None
@@ -129,7 +130,7 @@ class PrimeStep:
     def compute_advantage(self, batch, metrics: dict, context: StepContext):
         """veRL's advantage hook: the PRIME step, 0 to 4 as in the module docstring; veRL's batch with the advantages
         written back."""
-        prime, timing = self.run.prime, context.timing if context.timing is not None else {}
+        prime, timing = self.run.prime, context.timing
         # 0. the batch: its rows and labels, then veRL's step data, padded (B, T)
         rows = self._account_batch(batch, metrics, context)
         fields = [*STEP_FIELDS, "responses"] if self.run.process_rewards_fn is not None else list(STEP_FIELDS)
@@ -258,8 +259,7 @@ class PrimeStep:
 
         With `capture` the pre-update log-probs are the update's first forward's; with `prime.diagnostics` the
         step's own forward's are kept, and their largest gap to the captured ones is logged."""
-        timing = context.timing if context.timing is not None else {}
-        with marked_timer("prm_update", timing):
+        with marked_timer("prm_update", context.timing):
             update_metrics, captured = self.prm.update(batch, capture=capture)
         check_prm_update(update_metrics, context.global_step)
         if capture:
@@ -271,7 +271,7 @@ class PrimeStep:
                 metrics["prm/pre_update_log_prob_max_abs_diff"] = gap.item()
         prm_used = prm_before
         if self.run.prime.prm.update == "before":
-            with marked_timer("prm_forward_updated", timing):
+            with marked_timer("prm_forward_updated", context.timing):
                 prm_used = pad_nested(self.prm.log_probs(batch), mask.shape[-1]).float()
         return prm_before, prm_used, update_metrics
 
