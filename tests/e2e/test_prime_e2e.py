@@ -17,7 +17,6 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
 4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
    It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
-5. `inverted_prm`: 8 steps of a PRM trained on labels that contradict the outcome; the alarm reads every step.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs taken
 from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the resumed run
@@ -55,7 +54,6 @@ from loop_runs import (
     load_actor,
 )
 
-from benchmarks.evidence import pooled_z, pooled_z_threshold
 from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
 from verl_prime_lora.prime.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
@@ -64,8 +62,8 @@ from verl_prime_lora.run_processes import RUN_MARKER, kill_run
 pytestmark = pytest.mark.e2e
 # `make test` runs the e2e tier on two pytest-xdist workers: the tests of one run stay on one worker, which makes
 # the run once (module-scoped fixtures are per worker)
-FIRST_RUN, SPLIT_RUN, FROZEN_REFERENCE_RUN, INVERTED_PRM_RUN = (
-    pytest.mark.xdist_group(name) for name in ("first", "split", "frozen_reference", "inverted_prm")
+FIRST_RUN, SPLIT_RUN, FROZEN_REFERENCE_RUN = (
+    pytest.mark.xdist_group(name) for name in ("first", "split", "frozen_reference")
 )
 
 TEST_REWARD = Path(__file__).with_name("prime_label_reward.py")
@@ -597,41 +595,13 @@ def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_refe
         assert "prm/process_groups_on" not in step  # the leave-one-out process part has no std threshold
 
 
-INVERTED_STEPS = 8
-
-
-@pytest.fixture(scope="module")
-def inverted_prm(workdir, tiny_assets):
-    """A PRM trained on labels that contradict the outcome (`flipped_label_reward.py`: its label is 1 − acc), gated as
-    the colocated recipe ships (0.75)."""
-    return _run(
-        workdir,
-        tiny_assets,
-        "inverted_prm",
-        f"reward.custom_reward_function.path={Path(__file__).with_name('flipped_label_reward.py')}",
-        "prime.prm.label_key=prm_label",
-        "prime.prm.optim.lr=1e-3",
-        "prime.prm.epochs=2",
-        "actor_rollout_ref.rollout.n=4",
-        "data.train_batch_size=8",
-        f"trainer.total_training_steps={INVERTED_STEPS}",
-        "trainer.save_freq=-1",
-    )
-
-
-@INVERTED_PRM_RUN
-def test_the_alarm_reads_each_step_and_warns_once_per_episode(inverted_prm):
-    """The alarm's wiring (`prime.prm_alarm`; when it must fire is pinned by the replays of
-    tests/test_prm_alarm.py): each step logs both alerts, the running z of the held-out ranking and the effective
-    weight, equal to what the alarm computes from the same step's logged inputs, whatever this run's trajectory; each
-    episode of each alert printed one warning. The PRM learned its flipped labels: on the batches it had just trained
-    on it ranked the outcome inverted, Stouffer's Z of the in-sample `prm/ranking_z` over steps 2 to 8 below
-    −z_0.999 (docs/cpu.md lists this assertion's pass rate)."""
-    steps = inverted_prm["steps"]
-    assert len(steps) == INVERTED_STEPS
-    _assert_untrained_prm_scores_zero(steps[0])
-    alarm = PrmAlarm(process_gate=0.75, threshold=0.01)
-    for step in steps:
+def assert_the_alarm_read_each_step(run: dict, process_gate: float | None) -> None:
+    """The alarm's wiring (`prime.prm_alarm`; when it must fire is pinned by the replays of tests/test_prm_alarm.py,
+    whatever a run's course): each step logged both alerts, the running z of the held-out ranking and the effective
+    weight, equal to what the alarm computes from the same step's logged inputs, and each episode of each alert
+    printed one warning."""
+    alarm = PrmAlarm(process_gate=process_gate, threshold=0.01)
+    for step in run["steps"]:
         signals = ProcessSignals(
             step["prm/ranking_z_before"],
             step["prm/dpo_acc_before_mixed_ema"],
@@ -642,14 +612,22 @@ def test_the_alarm_reads_each_step_and_warns_once_per_episode(inverted_prm):
         expected, _ = alarm.check(signals)
         logged = {name: step[name] for name in expected}
         assert logged == pytest.approx(expected, rel=1e-6, abs=1e-9), step
-    log = inverted_prm["log"].read_text()
+    log = run["log"].read_text()
     for metric, text in ((RANKING_METRIC, "the PRM ranks fresh responses below chance"),
                          (UNUSED_METRIC, "the process term's effective weight")):  # fmt: skip
-        series = [step[metric] for step in steps]
+        series = [step[metric] for step in run["steps"]]
         episodes = sum(1 for before, now in zip([0.0, *series], series) if now and not before)
         assert len(re.findall(f"PRIME: {re.escape(text)}", log)) == episodes, (metric, series)
-    in_sample = pooled_z([step["prm/ranking_z"] for step in steps[1:]])
-    assert in_sample < -pooled_z_threshold(1e-3), [step["prm/ranking_z"] for step in steps]
+
+
+@FIRST_RUN
+def test_the_gated_alarm_reads_each_step(first):
+    assert_the_alarm_read_each_step(first, process_gate=0.75)  # the colocated recipe's gate
+
+
+@FROZEN_REFERENCE_RUN
+def test_the_ungated_alarm_reads_each_step(frozen_reference):
+    assert_the_alarm_read_each_step(frozen_reference, process_gate=None)
 
 
 @FIRST_RUN
