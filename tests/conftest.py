@@ -84,9 +84,9 @@ def _no_ray_cluster_to_join(request, monkeypatch):
 # The e2e tier's runs (xdist groups), longest first: `make test` hands them to its two workers in this order
 # (`--dist loadgroup --no-loadscope-reorder`), so that the last run to start is a short one and neither worker
 # waits long for the other at the end. By each run's time in one clean-clone e2e tier, 2026-12-06 (the order only
-# matters; `first` holds two launches, it and `resumed`).
+# matters; `rehearsal` holds two launches, the interrupted run and its resume).
 E2E_RUNS_LONGEST_FIRST = (
-    "first", "demo", "rehearsal", "split", "frozen_reference", "reward_failures", "plain_verl", "shutdown",
+    "demo", "rehearsal", "split", "first", "frozen_reference", "reward_failures", "plain_verl", "shutdown",
 )  # fmt: skip
 
 

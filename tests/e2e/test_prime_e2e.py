@@ -7,22 +7,19 @@ Runs (1.5-2 minutes each on 2 cores; on a shared machine wrap pytest in `flock`)
    and from a forward of their own (`prime.diagnostics=true`), a checkpoint after every step; its rollouts' token
    ids are recorded, and its first PRM update must be the gradient of the mean BCE that a single process computes
    from the same tokens (veRL's row balancing, micro-batches, DP, clipping);
-2. `resumed`: resumes from `first`'s step-2 checkpoint, into which a distinctive gate state is planted, on two
-   ranks, and trains step 3 with the PRM frozen (`prime.prm.update=none`), checkpointing again.
-3. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
+2. `split`: the seed layout, `+recipe=prime_lora` (veRL separate_async, hybrid_engine=false, merged
    LoRA), on a two-node Ray cluster: training (actor + PRM) on one node, the standalone vLLM replica on the
    other, with the CPU platform's `cpu_zmq` weight sync, which the CPU preset selects by itself (no backend
    override); with a LoRA PRM (reference = adapter disabled), update `after`, its pre-update log-probs
    checked like `first`'s from step 2 (step 1 of a process makes a LoRA PRM's forward of its own).
-4. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
+3. `frozen_reference`: a full-parameter actor, so the PRM reference is a frozen forward-only copy.
    It runs the paper's estimator (`prime_rloo`) ungated, with the actor's and the PRM's states offloaded;
    its vLLM engine process is killed after step 2, which must stop the run with a message naming it.
 
 Checked: `prm/*` metrics present and finite; PRM weights change with every update; the pre-update log-probs taken
-from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05; the resumed run
-restores the PRM exactly (every rank's weights, Adam state and scheduler of step 2) and, frozen, saves them back bit
-for bit, and the process gate's running mean continues from the checkpoint's. Runs 1, 3 and 4 (a large actor lr, the
-peaky tiny model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated replicas), the
+from the update equal a forward's; the LoRA actor changes and its checkpoint records dropout 0.05. A resume from a
+checkpoint is the launch rehearsal's (test_launch_rehearsal.py). All three runs (a large actor lr, the peaky tiny
+model) also check that each update's weights reach vLLM — the LoRA adapter (two colocated replicas), the
 merged LoRA weights (standalone replica over `cpu_zmq`), the full weights (colocated) — and that their checkpoints
 load into a plain HF (+PEFT) model. Run 1's last checkpoint is exported to a PEFT adapter and evaluated with vLLM
 (`tools.export_adapter`, `tools.eval`).
@@ -54,7 +51,6 @@ from loop_runs import (
     load_actor,
 )
 
-from verl_prime_lora.algo.process_gate import GATE_EMA_DECAY, ema
 from verl_prime_lora.cpu.launch import RUN_ENV_DEFAULTS
 from verl_prime_lora.prime.prm_alarm import RANKING_METRIC, UNUSED_METRIC, PrmAlarm, ProcessSignals
 from verl_prime_lora.run_processes import RUN_MARKER, kill_run
@@ -174,21 +170,6 @@ def _shards(folder: Path, what: str = "model", world_size: int = 1) -> dict:
 
 def _prm(ckpt: Path, step: int, what: str = "model", world_size: int = 1) -> dict:
     return _shards(ckpt / f"global_step_{step}" / "prm", what, world_size)
-
-
-def _assert_same(a, b, where=""):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.fixture(scope="module")
@@ -318,32 +299,6 @@ def _on_cluster(address: str, metrics_path: Path) -> list[str]:
         # driver's: the variables it needs travel in the job's runtime_env (so on a real cluster too)
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={metrics_path}",
     ]
-
-
-# A gate state no run reaches by itself (a running mean of 13/16, exact in binary), planted in the resumed checkpoint:
-# the resumed step must continue from it, not from ½ or from a value the run would have reached anyway.
-PLANTED_GATE_EMA = 0.8125
-
-
-@pytest.fixture(scope="module")
-def resumed(workdir, tiny_assets, first):
-    """`first`'s step-2 checkpoint, with `PLANTED_GATE_EMA` written into its PRIME state, resumed on two ranks."""
-    planted = workdir / "planted" / "global_step_2"
-    shutil.copytree(first["ckpt"] / "global_step_2", planted)
-    state_file = planted / "prime_state.json"
-    state = json.loads(state_file.read_text())
-    assert state["prm_pairwise_ema"] != PLANTED_GATE_EMA
-    state_file.write_text(json.dumps({**state, "prm_pairwise_ema": PLANTED_GATE_EMA}))
-    return _run(
-        workdir,
-        tiny_assets,
-        "resumed",
-        "prime.prm.update=none",
-        LORA_SYNC_LR,
-        "trainer.resume_mode=resume_path",
-        f"trainer.resume_from_path={planted}",
-        *TWO_RANKS,
-    )
 
 
 @FIRST_RUN
@@ -628,30 +583,6 @@ def test_the_gated_alarm_reads_each_step(first):
 @FROZEN_REFERENCE_RUN
 def test_the_ungated_alarm_reads_each_step(frozen_reference):
     assert_the_alarm_read_each_step(frozen_reference, process_gate=None)
-
-
-@FIRST_RUN
-def test_resume_restores_the_prm_exactly_and_none_mode_freezes_it(first, resumed):
-    # `resumed` loaded step 2 and trained step 3 with the PRM frozen: its step-3 PRM must be step 2's,
-    # weights, Adam moments and scheduler alike.
-    # Both runs have two ranks: every rank's shard is compared.
-    for what in ("model", "optim"):
-        _assert_same(_prm(first["ckpt"], 2, what, RANKS), _prm(resumed["ckpt"], 3, what, RANKS), what)
-    extra_a, extra_b = _prm(first["ckpt"], 2, "extra_state", RANKS), _prm(resumed["ckpt"], 3, "extra_state", RANKS)
-    for rank in range(RANKS):
-        _assert_same(extra_a[f"{rank}/lr_scheduler"], extra_b[f"{rank}/lr_scheduler"], f"{rank}/lr_scheduler")
-    # while the first run's step-3 PRM (updated) differs from step 2
-    step2, step3 = _prm(first["ckpt"], 2, world_size=RANKS), _prm(first["ckpt"], 3, world_size=RANKS)
-    assert any(not torch.equal(step2[key], step3[key]) for key in step2)
-
-    steps = resumed["steps"]
-    assert len(steps) == 1  # only step 3 was left
-    # the process gate's running mean continues from the checkpoint's (the planted value), not from ½
-    expected = ema(PLANTED_GATE_EMA, steps[0]["prm/dpo_acc_before_mixed"], GATE_EMA_DECAY)
-    assert steps[0]["prm/dpo_acc_before_mixed_ema"] == pytest.approx(expected, abs=1e-12)
-    for key in REQUIRED_PRM_METRICS:
-        assert math.isfinite(steps[0][key]), key
-    assert not any(key in steps[0] for key in UPDATE_METRICS)  # no PRM update in `none` mode
 
 
 @SPLIT_RUN
