@@ -17,7 +17,6 @@ import verl
 from hydra import compose, initialize_config_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from main_ppo_driver import main_ppo_stopped_before_ray
 from omegaconf import OmegaConf
 from tensordict import NonTensorData, TensorDict
 from verl.protocol import DataProto
@@ -228,14 +227,6 @@ def test_driver_validation_wraps_verl_validate_config():
         verl_config.validate_config(
             colocated("actor_rollout_ref.rollout.n=1"), use_reference_policy=False, use_critic=False
         )
-
-
-def test_main_ppo_fails_before_ray_with_the_key(tmp_path):
-    """The real entry point: the error comes from the driver, before `ray.init` (no Ray log line)."""
-    stderr = main_ppo_stopped_before_ray(
-        tmp_path, "+recipe=prime_lora_colocated", "actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.n=1"
-    )
-    assert "PrimeConfigError: actor_rollout_ref.rollout.n:" in stderr
 
 
 # --------------------------------------------------------------------------------------------------
