@@ -55,7 +55,7 @@ PRM_ARGS=(
   # process term is exactly 0 at 3584 tokens (or O(L) below the threshold); see docs/math.md.
   algorithm.prime.process_norm=sequence
   # Ours, not the seed's (which has the term at full weight from step 1, `=null`): the term waits until the PRM
-  # ranks fresh responses better than chance (0 at chance, full from 0.75); a pre-registered study chose it
-  # (docs/findings.md, "The seed recipe's PRM settings in bf16").
+  # ranks fresh responses better than chance (0 at chance, full from 0.75); pre-registered studies chose it
+  # (docs/findings.md, "What carries PRIME's gain over GRPO in bf16").
   algorithm.prime.process_gate=0.75
 )

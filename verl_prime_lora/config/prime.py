@@ -195,7 +195,8 @@ class AdvantageConfig(Section):
             fit at the seed's depth (docs/findings.md, "The rounding floor"); 0 in fp32 (the CPU preset).
         process_gate: the PRM's running pairwise accuracy at which the process term counts fully
             (the trainer's gate w), in (0.5, 1]; null: no gate (w = 1, the paper and the card). 0.75: the rule
-            of a pre-registered study of the recipe's PRM settings in bf16 (docs/findings.md).
+            of pre-registered studies of the recipe's PRM settings in bf16, where the ungated term cost -0.19 against
+            the term off (docs/findings.md, "What carries PRIME's gain").
         whiten_advantages: masked whitening of the final advantage over the batch (as PRIME's code).
         epsilon: the std epsilon (as veRL's grpo); >= 0.
     """
