@@ -162,14 +162,14 @@ def _state(path: Path) -> dict:
     return plain(obj)
 
 
-def _shards(folder: Path, what: str = "model", world_size: int = 1) -> dict:
-    """Every rank's shard of a veRL FSDP checkpoint folder, as {"rank/key": value}."""
-    states = [_state(folder / f"{what}_world_size_{world_size}_rank_{rank}.pt") for rank in range(world_size)]
+def _shards(folder: Path, world_size: int = 1) -> dict:
+    """Every rank's model shard of a veRL FSDP checkpoint folder, as {"rank/key": value}."""
+    states = [_state(folder / f"model_world_size_{world_size}_rank_{rank}.pt") for rank in range(world_size)]
     return {f"{rank}/{key}": value for rank, state in enumerate(states) for key, value in state.items()}
 
 
-def _prm(ckpt: Path, step: int, what: str = "model", world_size: int = 1) -> dict:
-    return _shards(ckpt / f"global_step_{step}" / "prm", what, world_size)
+def _prm(ckpt: Path, step: int, world_size: int = 1) -> dict:
+    return _shards(ckpt / f"global_step_{step}" / "prm", world_size)
 
 
 @pytest.fixture(scope="module")
