@@ -292,6 +292,26 @@ ARMS: dict[str, list[str]] = {
     "prime_grpo_shuffled": [*ESTIMATORS["prime_grpo_ungated"], *REWARD, *process_rewards("shuffled_rewards")],
 }
 
+# The γ = 0 study's PRIME-path arms (docs/preregistration_planted_gamma0.md): each arm of `ARMS` with the per-token
+# process advantage (`algorithm.gamma=0`: A^p[i,t] = r̃[i,t], no return) at the pilot's `process_coef`; the PRIME
+# arms also keep checkpoints at every validated step, for `planted_token_credit` (a restarted run starts over).
+GAMMA0_SOURCES = {
+    "oracle_g0": "oracle",
+    "oracle_shuffled_g0": "oracle_shuffled",
+    "prime_g0": "prime_grpo_ungated",
+    "prime_shuffled_g0": "prime_grpo_shuffled",
+}
+CHECKPOINTS = ["trainer.save_freq=2", "trainer.resume_mode=disable"]
+
+
+def gamma0_arms(process_coef: float) -> dict[str, list[str]]:
+    """`grpo` as in `ARMS`, and the four `GAMMA0_SOURCES` arms at γ = 0 with `algorithm.prime.process_coef`."""
+    arms = {"grpo": ARMS["grpo"]}
+    for name, source in GAMMA0_SOURCES.items():
+        saves = CHECKPOINTS if name.startswith("prime") else []
+        arms[name] = [*ARMS[source], "algorithm.gamma=0", f"algorithm.prime.process_coef={process_coef}", *saves]
+    return arms
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

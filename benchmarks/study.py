@@ -22,7 +22,9 @@ function of one logged step's metrics). Such a plan may then set, besides the ke
      "endpoint_metric": "planted_error_rate",   # the endpoint: mean over `endpoint_steps` of this metric, not accuracy
      "primary": [["oracle", "oracle_shuffled"], ["prime_grpo_ungated", "prime_grpo_shuffled"]],  # several tests
      "multiplicity": "holm",               # their permutation p's adjusted by Holm's step-down (or "bonferroni")
-     "secondary_metrics": ["plus9_accuracy", "accuracy"]   # each arm's endpoint and every pair's test on these too
+     "secondary_metrics": ["plus9_accuracy", "accuracy"],  # each arm's endpoint and every pair's test on these too
+     "guard": {"metric": "plus9_written_rate", "below": 0.5}   # runs where it fell below at an endpoint step are
+                                                           # named, and the primary tests also run without them
 
 A plan may also register, for every arm and for every tested pair:
 
@@ -291,10 +293,36 @@ def criteria_by_arm(plan_path: Path, plan: dict, by_arm: dict[str, dict[int, flo
     return counts
 
 
+def guarded_by_arm(plan_path: Path, plan: dict) -> dict[str, list[int]]:
+    """The seeds, per arm, of the runs the plan's `guard` names: a run whose `guard["metric"]` (a metric of the
+    plan's task, `metric_by_step`) fell below `guard["below"]` at one of the endpoint steps (for the planted task: a
+    run that stopped writing the planted step, and so could "fix" it by leaving it out). Empty without a guard."""
+    guard = plan.get("guard")
+    if not guard:
+        return {}
+    steps = [int(step) for step in plan["endpoint_steps"]]
+    seeds: dict[str, list[int]] = {}
+    for entry in plan["runs"]:
+        record = json.loads(run_file(plan_path, entry).read_text())
+        values = metric_by_step(record, guard["metric"], plan["task"])
+        if any(step in values and values[step] < float(guard["below"]) for step in steps):
+            seeds.setdefault(entry["arm"], []).append(int(entry["seed"]))
+    return seeds
+
+
 def describe(plan: dict, metric: str | None) -> str:
     """What the endpoint of `metric` (None: accuracy) is, in words."""
     steps = [int(step) for step in plan["endpoint_steps"]]
     return f"mean {'greedy validation accuracy' if metric is None else metric} at steps {steps}"
+
+
+def primary_tests(plan: dict, by_arm: dict[str, dict[int, float]], pairs: list[list[str]], counts=None) -> list[dict]:
+    """`compare` for each primary pair, with the plan's `multiplicity` adjustment when it has one."""
+    tests = [compare(by_arm, *pair, counts=counts) for pair in pairs]
+    if "multiplicity" in plan:
+        for test, p in zip(tests, adjusted([t["permutation_p"] for t in tests], plan["multiplicity"])):
+            test[f"{plan['multiplicity']}_p"] = p
+    return tests
 
 
 def analyse(plan_path: Path) -> dict:
@@ -315,16 +343,22 @@ def analyse(plan_path: Path) -> dict:
         for arm, stats in arms.items():
             stats[criterion] = seeds.get(arm, [])
     pairs = primary_pairs(plan)
-    tests = [compare(by_arm, *pair, counts=counts) for pair in pairs]
-    if "multiplicity" in plan:
-        for test, p in zip(tests, adjusted([t["permutation_p"] for t in tests], plan["multiplicity"])):
-            test[f"{plan['multiplicity']}_p"] = p
+    tests = primary_tests(plan, by_arm, pairs, counts)
     result = {
         "endpoint": describe(plan, metric),
         "arms": arms,
         "failed_runs": failed,
         "primary": tests[0] if isinstance(plan["primary"][0], str) else tests,
     }
+    guarded = guarded_by_arm(plan_path, plan)
+    if "guard" in plan:
+        for arm, stats in arms.items():
+            stats["guarded"] = guarded.get(arm, [])
+        kept = {
+            arm: {s: v for s, v in by_seed.items() if s not in guarded.get(arm, [])} for arm, by_seed in by_arm.items()
+        }
+        result["guard"] = {**plan["guard"], "steps": plan["endpoint_steps"], "runs": guarded}
+        result["primary_without_guarded"] = primary_tests(plan, kept, pairs)
     if plan.get("secondary"):
         result["secondary"] = [compare(by_arm, *pair, counts=counts) for pair in plan["secondary"]]
     if plan.get("secondary_metrics"):
@@ -481,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"endpoint: {result['endpoint']}")
     for label, pair in [("primary", p) for p in primary] + [("secondary", p) for p in result.get("secondary", [])]:
         print(f"{label} {pair_line(pair)}")
+    if "guard" in result:
+        guard = result["guard"]
+        print(f"guard: {guard['metric']} below {guard['below']} at one of steps {guard['steps']}: {guard['runs']}")
+        for pair in result["primary_without_guarded"]:
+            print(f"primary without guarded runs {pair_line(pair)}")
     for name, block in result.get("secondary_metrics", {}).items():
         print(f"secondary metric: {block['endpoint']}")
         for arm, stats in block["arms"].items():

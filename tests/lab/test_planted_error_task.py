@@ -329,6 +329,43 @@ def test_a_lab_plan_builds_its_assets_runs_its_arms_and_tests_its_metric(lab, mo
     assert "secondary metric: mean halved at steps [2, 4]" in printed
 
 
+def test_the_guard_names_runs_whose_metric_fell_and_tests_without_them(lab, monkeypatch, tmp_path, capsys):
+    """A plan's `guard`: a run whose guard metric fell below its bar at an endpoint step (not at step 0, outside the
+    endpoint) is named per arm, and the primary tests are also given without the named runs."""
+    plan = {
+        "task": {"module": "fake_lab", "min_ops": 5, "max_ops": 7, "steps": 4, "test_freq": 2},
+        "endpoint_steps": [2, 4],
+        "endpoint_metric": "halved",
+        "primary": [["a", "b"]],
+        "multiplicity": "holm",
+        "guard": {"metric": "halved", "below": 0.1},
+        "runs": [{"arm": arm, "seed": seed} for seed in (1, 2, 3, 4) for arm in ("a", "b")],
+    }
+    path = tmp_path / "plan" / "plan.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(plan))
+    low = {("a", 2): 4, ("b", 3): 0}  # (arm, seed) -> the step whose x falls to 0
+
+    def run_learning(arm, assets, workdir, steps, test_freq, overrides, seed, estimator, env):
+        run = LearningRun(name=arm, returncode=0, log=None)
+        for step in (0, 2, 4):
+            run.steps[step] = {"x": 0.0 if low.get((arm, seed)) == step else 0.5 + 0.1 * seed + (arm == "b")}
+        return run
+
+    monkeypatch.setattr(study, "run_learning", run_learning)
+    study.run_all(path, tmp_path / "work")
+    result = study.analyse(path)
+    assert result["guard"]["runs"] == {"a": [2]}
+    assert result["arms"]["a"]["guarded"] == [2] and result["arms"]["b"]["guarded"] == []
+    (kept,) = result["primary_without_guarded"]
+    a = [result["arms"]["a"]["by_seed"][s] for s in (1, 3, 4)]
+    b = list(result["arms"]["b"]["by_seed"].values())
+    assert kept["welch_ci95"] == pytest.approx(evidence.welch_ci95(a, b)) and "holm_p" in kept
+    assert result["primary"][0]["welch_ci95"] != kept["welch_ci95"]
+    assert study.main(["analyse", str(path)]) == 0
+    assert "guard: halved below 0.1 at one of steps [2, 4]: {'a': [2]}" in capsys.readouterr().out
+
+
 def test_a_run_without_the_metric_at_an_endpoint_step_has_no_endpoint(lab):
     task_ = {"module": "fake_lab"}
     record = {"returncode": 0, "val_accuracy": {}, "steps": {"2": {"x": 1.0}, "4": {}}}
@@ -412,3 +449,27 @@ def test_the_registered_plan_is_the_one_its_registration_describes():
     settings = {k: plan["task"][k] for k in ("planted_share", "plus9_share", "skill_acc", "shortcut_share")}
     assert settings == {"planted_share": 0.8, "plus9_share": 0.5, "skill_acc": 0.55, "shortcut_share": 0.2}
     assert plan["task"]["module"] == "planted_error_task" and study.lab_module(plan["task"]) is task
+
+
+def test_the_gamma0_plan_is_the_one_its_registration_describes():
+    """benchmarks/results/planted_gamma0/plan.json: seeds 80-95 of grpo and the four γ = 0 arms at process_coef 2.0,
+    each seed's arms in the order `random.Random(20261206)` gives them, then four `prime_g1` runs for the mechanism;
+    the planted task's settings as the γ = 1 study's; the two primary contrasts with Holm; the per-run guard."""
+    results = Path(task.__file__).parent / "results"
+    plan = json.loads((results / "planted_gamma0" / "plan.json").read_text())
+    rng, expected = random.Random(20261206), []
+    for seed in range(80, 96):
+        arms = ["grpo", "oracle_g0", "oracle_shuffled_g0", "prime_g0", "prime_shuffled_g0"]
+        rng.shuffle(arms)
+        expected += [{"arm": arm, "seed": seed} for arm in arms]
+    assert plan["runs"] == expected + [{"arm": "prime_g1", "seed": seed} for seed in range(96, 100)]
+    assert plan["arms"] == {**task.gamma0_arms(2.0), "prime_g1": [*task.ARMS["prime_grpo_ungated"], *task.CHECKPOINTS]}
+    for name, source in task.GAMMA0_SOURCES.items():
+        extra = plan["arms"][name][len(task.ARMS[source]) :]
+        assert extra[:2] == ["algorithm.gamma=0", "algorithm.prime.process_coef=2.0"]
+        assert extra[2:] == (task.CHECKPOINTS if name.startswith("prime") else [])
+    assert plan["task"] == json.loads((results / "planted_error" / "plan.json").read_text())["task"]
+    assert plan["primary"] == [["oracle_g0", "oracle_shuffled_g0"], ["prime_g0", "prime_shuffled_g0"]]
+    assert plan["multiplicity"] == "holm" and plan["endpoint_metric"] == "planted_error_rate"
+    assert plan["guard"] == {"metric": "plus9_written_rate", "below": 0.5} and "plus9_written_rate" in task.METRICS
+    assert all(name in task.METRICS for name in plan["secondary_metrics"])
