@@ -23,10 +23,8 @@ rollouts), scored by the study's reward (`planted_error_task.compute_score`), in
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks import credit_controls, planted_error_task
 from benchmarks.planted_error_check import BAND, MAX_NEW_TOKENS, SAMPLES
-from benchmarks.study import source_commit
+from benchmarks.study import measured
 from verl_prime_lora.algo.core_algos import grpo_outcome_advantage, sequence_norm_process_advantage
 from verl_prime_lora.algo.groups import group_ids
 from verl_prime_lora.demo.chain_task import DATA_SOURCE, Chain, prompt_text
@@ -127,17 +125,9 @@ def main() -> None:
     parser.add_argument("--assets", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    clock = time.perf_counter()
     torch.set_num_threads(2)
-    result = measure(args.assets)
-    record = {
-        "command": f"python -m benchmarks.oracle_credit_scale --assets {args.assets} --out {args.out}",
-        "commit": source_commit(),
-        "started": started,
-        "seconds": round(time.perf_counter() - clock, 1),
-        **result,
-    }
+    command = f"python -m benchmarks.oracle_credit_scale --assets {args.assets} --out {args.out}"
+    record = measured(command, lambda: measure(args.assets))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: v for k, v in record.items() if k != "per_answer"}, indent=1))

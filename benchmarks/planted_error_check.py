@@ -26,10 +26,8 @@ at each validated step, with the run's minutes from launch to its last step.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -38,7 +36,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks.planted_error_task import METRICS, PLANTED_WRONG, PLUS9_WRITTEN, planted_indicators, plus9_steps
 from benchmarks.step_credit import label_steps
-from benchmarks.study import metric_by_step, run_file, source_commit
+from benchmarks.study import measured, metric_by_step, run_file
 from verl_prime_lora.demo.chain_task import Chain, accuracy, prompt_text, writes_steps
 from verl_prime_lora.demo.sft import generate
 
@@ -209,20 +207,14 @@ def main() -> None:
             for name, values in row["by_step"].items():
                 print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
         return
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    clock = time.perf_counter()
     torch.set_num_threads(2)
-    result = check(args.assets)
+    command = f"python -m benchmarks.planted_error_check --assets {args.assets} --out {args.out}"
     record = {
-        "command": f"python -m benchmarks.planted_error_check --assets {args.assets} --out {args.out}",
-        "commit": source_commit(),
-        "started": started,
-        "seconds": round(time.perf_counter() - clock, 1),
+        **measured(command, lambda: check(args.assets)),
         "assets": json.loads((args.assets / "planted_error.json").read_text()),
         "warm_start": {
             k: v for k, v in json.loads((args.assets / "warm_start.json").read_text()).items() if k != "checks"
         },
-        **result,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

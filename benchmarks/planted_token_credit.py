@@ -29,16 +29,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks.evidence import mean_ci95
 from benchmarks.planted_error_check import step_prefix
 from benchmarks.planted_error_task import plus9_steps
-from benchmarks.prm_credit import merged_actor, run_folders, run_settings
+from benchmarks.prm_credit import CheckpointedRun
 from verl_prime_lora.demo.chain_task import Chain, prompt_text
-from verl_prime_lora.tools import fsdp_shards
 
 QUANTITIES = ("policy_margin", "prm_reward_planted", "prm_reward_right", "prm_margin")
 
@@ -102,27 +99,17 @@ def summarise(per_problem: list[dict]) -> dict:
 
 def measure_run(run: Path, scratch: Path) -> dict:
     """The four quantities at step 0 and at every saved checkpoint of one run."""
-    assets, run_dir = run_folders(run)
-    settings = run_settings(run_dir)
-    base_dir = assets / "model"
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
-    test = pd.read_parquet(assets / "data" / "test.parquet")
-    chains = [c for c in (Chain.from_question(info["question"]) for info in test["extra_info"]) if plus9_steps(c)]
+    loaded = CheckpointedRun.load(run)
+    chains = [chain for chain in loaded.chains if plus9_steps(chain)]
     rows = []
     for chain in chains:
-        prompt, pair = continuations(tokenizer, chain)
+        prompt, pair = continuations(loaded.tokenizer, chain)
         rows += [(prompt, response, first) for response, first in pair]
-    checkpoint_dir = run_dir / "checkpoints"
-    steps = sorted(int(folder.name.removeprefix("global_step_")) for folder in checkpoint_dir.glob("global_step_*"))
     by_step = {}
-    for step in [0, *steps]:
-        step_dir = checkpoint_dir / f"global_step_{step}"
-        policy = base if step == 0 else merged_actor(step_dir, base_dir, scratch / run.name)
-        prm = base if step == 0 else fsdp_shards.load_model(step_dir / "prm")
-        reference = policy if settings["reference"] == "policy" else base
-        by_step[step] = summarise(step_quantities(policy, prm, reference, rows, settings["beta"]))
-    return {"run": run.name, "settings": settings, "problems": len(chains), "by_step": by_step}
+    for step in loaded.steps():
+        policy, prm, reference = loaded.models(step, scratch / run.name)
+        by_step[step] = summarise(step_quantities(policy, prm, reference, rows, loaded.settings["beta"]))
+    return {"run": run.name, "settings": loaded.settings, "problems": len(chains), "by_step": by_step}
 
 
 def pooled(runs: list[dict]) -> dict:

@@ -72,6 +72,49 @@ def run_settings(run_dir: Path) -> dict:
     }
 
 
+@dataclass
+class CheckpointedRun:
+    """A run's warm start (tokenizer, fp32 base model), settings (`run_settings`), RL test problems and saved steps,
+    and its models at any of them (`models`)."""
+
+    base_dir: Path
+    run_dir: Path
+    settings: dict
+    tokenizer: object
+    base: object
+    chains: list[Chain]
+
+    @classmethod
+    def load(cls, run: Path) -> CheckpointedRun:
+        assets, run_dir = run_folders(run)
+        base_dir = assets / "model"
+        test = pd.read_parquet(assets / "data" / "test.parquet")
+        return cls(
+            base_dir,
+            run_dir,
+            run_settings(run_dir),
+            AutoTokenizer.from_pretrained(base_dir),
+            AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval(),
+            [Chain.from_question(info["question"]) for info in test["extra_info"]],
+        )
+
+    def steps(self) -> list[int]:
+        """0 (the warm start, the PRM equal to its reference) and every saved step, in order."""
+        saved = (self.run_dir / "checkpoints").glob("global_step_*")
+        return [0, *sorted(int(folder.name.removeprefix("global_step_")) for folder in saved)]
+
+    def models(self, step: int, scratch: Path, policy: bool = True) -> tuple:
+        """(policy, PRM, the PRM's reference) at `step`: the step's LoRA actor merged into the fp32 base (the base
+        without `policy`, unless the reference is the policy), its PRM, and the policy (`reference: policy`) or the
+        base (`init`). At step 0 all three are the base."""
+        if step == 0:
+            return self.base, self.base, self.base
+        step_dir = self.run_dir / "checkpoints" / f"global_step_{step}"
+        on_policy = self.settings["reference"] == "policy"
+        actor = merged_actor(step_dir, self.base_dir, scratch) if policy or on_policy else self.base
+        return actor, fsdp_shards.load_model(step_dir / "prm"), actor if on_policy else self.base
+
+
 def sample_responses(model, tokenizer, chains: list[Chain], samples: int, max_new_tokens: int, seed: int) -> list:
     """`samples` responses per chain at temperature 1: (chain, prompt ids, response ids) each."""
     torch.manual_seed(seed)
@@ -206,28 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run, out = args.run.resolve(), args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    assets, run_dir = run_folders(run)
-    settings = run_settings(run_dir)
-    base_dir = assets / "model"
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
-    test = pd.read_parquet(assets / "data" / "test.parquet")
-    chains = [Chain.from_question(info["question"]) for info in test["extra_info"]]
+    loaded = CheckpointedRun.load(run)
+    settings = loaded.settings
 
     def sample(policy) -> Responses:
-        return Responses.sample(policy, tokenizer, chains, args.samples, settings["max_response_length"], args.seed)
+        return Responses.sample(
+            policy, loaded.tokenizer, loaded.chains, args.samples, settings["max_response_length"], args.seed
+        )
 
-    fixed = sample(base) if args.responses == "warm_start" else None
-    checkpoint_dir = run_dir / "checkpoints"
-    steps = sorted(int(folder.name.removeprefix("global_step_")) for folder in checkpoint_dir.glob("global_step_*"))
+    fixed = sample(loaded.base) if args.responses == "warm_start" else None
     results, last = [], None
     scratch = tempfile.TemporaryDirectory()  # the merged actors
-    for step in [0, *steps]:
-        step_dir = checkpoint_dir / f"global_step_{step}"
-        needs_policy = step > 0 and (args.responses == "policy" or settings["reference"] == "policy")
-        policy = merged_actor(step_dir, base_dir, Path(scratch.name)) if needs_policy else base
-        prm = base if step == 0 else fsdp_shards.load_model(step_dir / "prm")
-        reference = policy if settings["reference"] == "policy" else base
+    for step in loaded.steps():
+        policy, prm, reference = loaded.models(step, Path(scratch.name), policy=args.responses == "policy")
         responses = fixed or sample(policy)
         ref_log_probs = token_log_probs(reference, responses.rows)
         prm_log_probs = ref_log_probs if prm is reference else token_log_probs(prm, responses.rows)

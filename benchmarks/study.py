@@ -66,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -135,6 +136,15 @@ def metric_by_step(record: dict, metric: str | None, task: dict) -> dict[int, fl
     function = lab_module(task).METRICS[metric]
     values = {int(step): function(row) for step, row in record.get("steps", {}).items()}
     return {step: value for step, value in values.items() if value is not None}
+
+
+def measured(command: str, measure: Callable[[], dict]) -> dict:
+    """`measure()`'s result after what made it: `command`, the commit (`source_commit`), the UTC start, the seconds."""
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    clock = time.perf_counter()
+    result = measure()
+    seconds = round(time.perf_counter() - clock, 1)
+    return {"command": command, "commit": source_commit(), "started": started, "seconds": seconds, **result}
 
 
 def source_commit() -> str:
