@@ -27,16 +27,14 @@ import json
 import statistics
 from pathlib import Path
 
-import pandas as pd
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmarks import credit_controls, planted_error_task
-from benchmarks.planted_error_check import BAND, MAX_NEW_TOKENS, SAMPLES
+from benchmarks.planted_error_check import BAND, MAX_NEW_TOKENS, SAMPLES, warm_start_and_problems
 from benchmarks.study import measured
 from verl_prime_lora.algo.core_algos import grpo_outcome_advantage, sequence_norm_process_advantage
 from verl_prime_lora.algo.groups import group_ids
-from verl_prime_lora.demo.chain_task import DATA_SOURCE, Chain, prompt_text
+from verl_prime_lora.demo.chain_task import DATA_SOURCE, prompt_text
 from verl_prime_lora.demo.sft import generate
 
 
@@ -90,12 +88,10 @@ def describe(rows: list[dict]) -> dict:
 
 
 def measure(assets: Path, seed: int = 0) -> dict:
+    """ρ per wrong answer (`group_credit`) over the groups in the filter's band, and `describe` of all, of those on
+    `+9` problems and of those with the planted error."""
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(assets / "model", torch_dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(assets / "model")
-    chains = [
-        Chain.from_question(row["question"]) for row in pd.read_parquet(assets / "data" / "test.parquet")["extra_info"]
-    ]
+    model, tokenizer, chains = warm_start_and_problems(assets)
     rows, groups = [], {"sampled": 0, "in_band": 0}
     prompts = [prompt_text(tokenizer, chain) for chain in chains]
     sampled = generate(model, tokenizer, prompts, MAX_NEW_TOKENS, SAMPLES)

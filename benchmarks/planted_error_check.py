@@ -133,14 +133,18 @@ def summary(values: list[float]) -> dict:
     }
 
 
+def warm_start_and_problems(assets: Path) -> tuple:
+    """(the warm-started model in fp32, eval mode; its tokenizer; the RL validation problems) of `assets`."""
+    model = AutoModelForCausalLM.from_pretrained(assets / "model", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(assets / "model")
+    test = pd.read_parquet(assets / "data" / "test.parquet")
+    return model, tokenizer, [Chain.from_question(row["question"]) for row in test["extra_info"]]
+
+
 def check(assets: Path, seed: int = 0) -> dict:
     """The three measurements of the module's docstring on `assets` (from `planted_error_task.write_planted_assets`)."""
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(assets / "model", torch_dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(assets / "model")
-    chains = [
-        Chain.from_question(row["question"]) for row in pd.read_parquet(assets / "data" / "test.parquet")["extra_info"]
-    ]
+    model, tokenizer, chains = warm_start_and_problems(assets)
     halves = {"plus9": [c for c in chains if plus9_steps(c)], "other": [c for c in chains if not plus9_steps(c)]}
     result: dict = {"greedy": {}, "sampled": {}}
     for name, part in halves.items():
