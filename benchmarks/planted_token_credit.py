@@ -34,7 +34,7 @@ import torch
 from benchmarks.evidence import mean_ci95
 from benchmarks.planted_error_check import step_prefix
 from benchmarks.planted_error_task import plus9_steps
-from benchmarks.prm_credit import CheckpointedRun
+from benchmarks.prm_credit import CheckpointedRun, token_log_probs
 from verl_prime_lora.demo.chain_task import Chain, prompt_text
 
 QUANTITIES = ("policy_margin", "prm_reward_planted", "prm_reward_right", "prm_margin")
@@ -54,21 +54,10 @@ def continuations(tokenizer, chain: Chain) -> tuple[list[int], list[tuple[list[i
     return prompt, out
 
 
-@torch.no_grad()
 def continuation_log_probs(model, rows: list[tuple[list[int], list[int], int]]) -> list[float]:
     """Σ log π(y_t | prompt, y_<t) over each row's response tokens from its `first` on: (prompt, response, first)."""
-    width = max(len(prompt) + len(response) for prompt, response, _ in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, (prompt, response, _) in enumerate(rows):
-        ids[i, : len(prompt) + len(response)] = torch.tensor(prompt + response)
-        mask[i, : len(prompt) + len(response)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    picked = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
-    return [
-        float(picked[i, len(prompt) - 1 + first : len(prompt) - 1 + len(response)].sum())
-        for i, (prompt, response, first) in enumerate(rows)
-    ]
+    per_token = token_log_probs(model, [(None, prompt, response) for prompt, response, _ in rows])
+    return [sum(log_probs[first:]) for log_probs, (_, _, first) in zip(per_token, rows, strict=True)]
 
 
 def step_quantities(policy, prm, reference, rows: list, beta: float) -> list[dict]:
