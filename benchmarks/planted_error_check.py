@@ -17,10 +17,11 @@ model (transformers, fp32, CPU):
   low" at the first `+` step of the problems without `+9` is the control: how confident the model is elsewhere.
 
     python -m benchmarks.planted_error_check --assets benchmarks/out/planted_error/assets --out FILE.json
-    python -m benchmarks.planted_error_check --runs PLAN --out FILE.json   # a pilot's runs, step by step
+    python -m benchmarks.planted_error_check --runs PLAN --out FILE.json   # a study's runs, step by step, and per arm
 
 `--runs` tabulates, for each run of a `study.py` plan that has its file, every metric of `planted_error_task.METRICS`
-at each validated step, with the run's minutes from launch to its last step.
+at each validated step, with the run's minutes from launch to its last step; and, per arm, each metric's mean over
+the arm's runs that exited 0 at each step (`arm_means`).
 """
 
 from __future__ import annotations
@@ -197,6 +198,25 @@ def runs_table(plan_path: Path) -> list[dict]:
     return rows
 
 
+def arm_means(rows: list[dict]) -> dict[str, dict]:
+    """Per arm of `runs_table`'s rows: the number of runs that exited 0, and each metric's mean over those runs at
+    each step that all of them validated."""
+    by_arm: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["returncode"] == 0:
+            by_arm.setdefault(row["arm"], []).append(row)
+    means = {}
+    for arm, runs in by_arm.items():
+        metrics = {}
+        for name in METRICS:
+            steps = set.intersection(*(set(run["by_step"][name]) for run in runs))
+            metrics[name] = {
+                step: statistics.fmean(run["by_step"][name][step] for run in runs) for step in sorted(steps)
+            }
+        means[arm] = {"n": len(runs), "by_step": metrics}
+    return means
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--assets", type=Path, help="the warm start to check")
@@ -205,10 +225,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs:
         rows = runs_table(args.runs)
-        args.out.write_text(json.dumps({"plan": str(args.runs), "runs": rows}, indent=1) + "\n")
+        arms = arm_means(rows)
+        args.out.write_text(json.dumps({"plan": str(args.runs), "runs": rows, "arms": arms}, indent=1) + "\n")
         for row in rows:
             print(f"{row['arm']} seed {row['seed']} (exit {row['returncode']}, {row['minutes']} min)")
             for name, values in row["by_step"].items():
+                print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
+        for arm, stats in arms.items():
+            print(f"{arm}: mean of {stats['n']} runs")
+            for name, values in stats["by_step"].items():
                 print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
         return
     torch.set_num_threads(2)

@@ -394,6 +394,22 @@ def test_the_pilot_table_reads_each_runs_metrics_by_step(tmp_path):
     assert row["by_step"]["other_accuracy"] == {0: 0.5} and row["by_step"]["planted_given_written"] == {0: 0.5}
 
 
+def test_arm_means_average_each_metric_over_an_arms_runs_that_exited_0():
+    """`planted_error_check.arm_means`: per arm, the mean over its runs that exited 0, at the steps all of them
+    validated; a failed run counts in no mean."""
+    from benchmarks import planted_error_check as check
+
+    def row(arm, returncode, rates):
+        return {"arm": arm, "returncode": returncode, "by_step": {name: rates for name in task.METRICS}}
+
+    rows = [row("oracle_g0", 0, {0: 0.8, 2: 0.5}), row("oracle_g0", 0, {0: 0.8, 2: 0.3, 4: 0.2})]
+    rows += [row("oracle_g0", 1, {0: 0.0}), row("grpo", 0, {0: 0.8, 2: 0.7})]
+    means = check.arm_means(rows)
+    assert means["oracle_g0"]["n"] == 2 and means["grpo"]["n"] == 1
+    assert means["oracle_g0"]["by_step"]["planted_error_rate"] == pytest.approx({0: 0.8, 2: 0.4})
+    assert means["grpo"]["by_step"]["plus9_accuracy"] == {0: 0.8, 2: 0.7}
+
+
 def test_verl_loads_the_reward_and_the_controls_the_arms_name(tmp_path):
     """The arms name the reward and the controls as modules of the lab (`pkg://benchmarks.<module>`); veRL's loader
     finds both, and so does a process started elsewhere with the runs' environment (`benchmarks.RUN_ENV`)."""
