@@ -217,6 +217,12 @@ def arm_means(rows: list[dict]) -> dict[str, dict]:
     return means
 
 
+def print_by_step(by_step: dict[str, dict]) -> None:
+    """One line per metric: its value at each step."""
+    for name, values in by_step.items():
+        print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--assets", type=Path, help="the warm start to check")
@@ -229,12 +235,10 @@ def main() -> None:
         args.out.write_text(json.dumps({"plan": str(args.runs), "runs": rows, "arms": arms}, indent=1) + "\n")
         for row in rows:
             print(f"{row['arm']} seed {row['seed']} (exit {row['returncode']}, {row['minutes']} min)")
-            for name, values in row["by_step"].items():
-                print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
+            print_by_step(row["by_step"])
         for arm, stats in arms.items():
             print(f"{arm}: mean of {stats['n']} runs")
-            for name, values in stats["by_step"].items():
-                print(f"  {name:>22}: " + "  ".join(f"{step}: {value:.3f}" for step, value in values.items()))
+            print_by_step(stats["by_step"])
         return
     torch.set_num_threads(2)
     command = f"python -m benchmarks.planted_error_check --assets {args.assets} --out {args.out}"
