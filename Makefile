@@ -24,7 +24,7 @@ $(STAMP): setup.py constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile torch==2.13.0
-	$(PY) -m pip install -q --no-compile -c constraints/cpu.txt -e '.[cpu,test]' torch==2.13.0
+	$(PY) -m pip install -q --no-compile -c constraints/cpu.txt -e '.[cpu,test,lab]' torch==2.13.0
 	$(PY) -m verl_prime_lora.cpu.install
 	$(PY) -m compileall -q -j 0 -x py312_intrinsics $(VENV)/lib
 	touch $(STAMP)
@@ -46,7 +46,7 @@ constraints:
 # constraints/gpu.txt, the GPU set's lock: what '.[gpu]' resolves to on PyPI (pip --dry-run --report in a throwaway
 # venv of GPU_PYTHON, Linux x86_64). gpu-lock re-resolves without constraints and rewrites it (header: date, pip,
 # command); check-gpu-extra resolves with -c constraints/gpu.txt and fails unless it gets exactly that set. Each
-# downloads ~4 min of metadata: not in make test (tests/test_gpu_lock.py checks the file offline).
+# downloads ~4 min of metadata: not in make test (tests/project/test_gpu_lock.py checks the file offline).
 GPU_PYTHON ?= python3.11
 gpu-lock:
 	PYTHON=$(GPU_PYTHON) WRITE_LOCK=constraints/gpu.txt bash examples/check_gpu_extra.sh

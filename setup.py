@@ -5,7 +5,7 @@ Requirements come in two layers:
   itself declares, so that installing this package (from a checkout of this repository or its wheel; it is on
   no index: docs/install.md) into an existing veRL 0.9.1 environment moves none of its packages. A lower bound marks a
   feature the code uses; an upper bound only a known break. The one exact pin is ``verl==0.9.1``: the plugin
-  overrides private veRL hooks, which move between releases (tests/test_verl_canaries.py checks them).
+  overrides private veRL hooks, which move between releases (tests/verl_surface/test_verl_canaries.py checks them).
 - ``constraints/cpu.txt`` is the *exact* set (``pip freeze``) this repository installs and tests on a CPU
   machine (Python 3.11): ``make venv`` installs with ``-c constraints/cpu.txt``; ``make constraints``
   regenerates it. Constraints only pin versions, they add no packages.
@@ -26,7 +26,9 @@ Extras
   that set, with every package the GPU path imports.
 - ``test``: pytest (with pytest-xdist: the unit tier runs on every core) + hypothesis, and ruff (lint and format
   check, veRL's settings in ruff.toml). pytest 9.1.1, not 9.2: with 9.2 xdist 3.8 ignores ``xdist_group``, and
-  the e2e tier would make each run on both workers (``tests/test_e2e_scheduling.py``).
+  the e2e tier would make each run on both workers (``tests/project/test_e2e_scheduling.py``).
+- ``lab``: scipy, the statistics of the lab's studies and of the demo's learning assertions
+  (benchmarks/lib/evidence.py; tests/e2e/test_demo.py imports it, so ``make venv`` installs it with ``test``).
 """
 
 from setuptools import find_packages, setup
@@ -88,6 +90,8 @@ setup(
         # of the split placement (veRL's `cupy-cu130` extra). Exact set: constraints/gpu.txt. Not run on a GPU here.
         "gpu": ["torch==2.11.0", "vllm==0.24.0", "transformers==5.9.0", "cupy-cuda13x==14.0.1"],
         "test": ["pytest==9.1.1", "pytest-xdist==3.8.0", "hypothesis==6.170.17", "ruff==0.12.2"],
+        # The lab's statistics (benchmarks/lib/evidence.py): 1.15 is the first whose permutation_test takes `rng`.
+        "lab": ["scipy>=1.15"],
     },
     entry_points={
         # veRL imports every `verl.plugins` entry point in every process that imports verl

@@ -223,7 +223,7 @@ if write_lock:
         f"#   pip install --dry-run --ignore-installed --report report.json --index-url {index_url} '.[gpu]'",
         "# (no other index, find-links or constraints), then every package of the report but verl-prime-lora,",
         "# as name==version. Regenerate: `make gpu-lock`. Check: `make check-gpu-extra` (resolves '.[gpu]' with -c",
-        "# this file; fails unless it gets exactly this set); tests/test_gpu_lock.py (offline: setup.py's ranges,",
+        "# this file; fails unless it gets exactly this set); tests/project/test_gpu_lock.py (offline: setup.py's ranges,",
         "# veRL 0.9.1's pins, the versions the docs quote).",
         f"# This run: {date}; pip {report['pip_version']}; CPython {env['python_full_version']}, "
         f"{env['platform_system']} {env['platform_machine']}, {libc}; {seconds} s;",

@@ -26,7 +26,7 @@ settings.load_profile("derandomized")
 # Derandomised is not enough by itself: Hypothesis also mixes in constants it reads from the project's modules
 # imported so far (`providers._get_local_constants`), and which those are depends on the tests a worker ran before
 # (pytest-xdist spreads them differently each run). Drawn without them, a test's examples depend on the test alone
-# (tests/test_hypothesis_profile.py checks it). Hypothesis is pinned (setup.py), this private name with it.
+# (tests/project/test_hypothesis_profile.py checks it). Hypothesis is pinned (setup.py), this private name with it.
 _NO_LOCAL_CONSTANTS = Constants()
 hypothesis_providers._get_local_constants = lambda: _NO_LOCAL_CONSTANTS
 
@@ -44,7 +44,7 @@ def _published_warm_start(config) -> Path | None:
 def warm_assets(request, tmp_path_factory) -> dict:
     """The main job's warm start and RL data, built in this session with the demo's arguments (seed 0, the
     defaults): `warm_start.write_warm_assets`'s result, plus `out` (the folder) and `printed` (what the build
-    printed). tests/test_chain_task.py checks the build, on the demo's xdist worker; the build is published for
+    printed). tests/demo/test_chain_task.py checks the build, on the demo's xdist worker; the build is published for
     the demo and for later sessions (`published_warm_assets`)."""
     out = tmp_path_factory.mktemp("warm") / "assets"
     printed = io.StringIO()

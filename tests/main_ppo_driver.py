@@ -1,11 +1,23 @@
-"""Runs `python -m verl.trainer.main_ppo` as a user would, for tests of checks that must stop it in the driver."""
+"""veRL's `main_ppo` for the unit tests: its config composed as it composes it (`compose_ppo`), and the driver run as a
+user would (`main_ppo_stopped_before_ray`, for tests of checks that must stop it in the driver). Importable from any
+test module as `main_ppo_driver` (tests/conftest.py puts this folder on sys.path)."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import verl
+from hydra import compose, initialize_config_dir
+
 RAY_STARTED = "Started a local Ray instance"
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+
+def compose_ppo(*overrides):
+    """veRL's `ppo_trainer` config with `overrides`, composed by Hydra as `main_ppo` composes it."""
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
 def main_ppo_stopped_before_ray(cwd: Path, *overrides: str) -> str:

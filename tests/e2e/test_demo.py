@@ -2,7 +2,7 @@
 
 One real `main_ppo` run (LoRA actor, vLLM-CPU rollouts, the accuracy-band prompt filter, implicit PRM trained
 online, `prime_grpo`) on the warm-started tiny model of `verl_prime_lora.demo.chain_task`, 5 steps long.
-The learning claims are tests against chance at one-sided p < 0.001 (`benchmarks/evidence.py`), not
+The learning claims are tests against chance at one-sided p < 0.001 (`benchmarks/lib/evidence.py`), not
 means compared with a fixed bar. Over the recorded runs (docs/findings.md) a false failure is rare but only
 roughly known: 1.5e-3 for the validation bound (9 runs) and 3.5e-3 for the PRM's Z (4 runs) by a predictive t
 with n − 1 degrees of freedom. From 0.145 at step 0 the bound fails only below 0.269 at step 5; the lowest of
@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from wandb_offline import offline_run_file, read_offline_history
 
-from benchmarks import evidence
+from benchmarks.lib import evidence
 from verl_prime_lora.demo.learning_run import is_val_accuracy_key
 
 pooled_z, pooled_z_threshold = evidence.pooled_z, evidence.pooled_z_threshold

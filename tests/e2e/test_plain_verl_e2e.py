@@ -1,7 +1,7 @@
 """A run that is not PRIME is veRL's own with the plugin installed: one step of veRL's GRPO with a LoRA actor on
 the CPU preset alone (`+recipe=cpu`, the platform, no PRIME recipe), through the real `main_ppo`.
 
-The product's promise, end to end (tests/test_prime_run_scope.py pins each patch target by identity in one
+The product's promise, end to end (tests/plugin/test_prime_run_scope.py pins each patch target by identity in one
 process of each kind): the run trains and saves; it logs no PRIME metric, not even the reward guard's
 `reward/failed_*` (a patch); no PRIME check or warning reaches its log; and its actor checkpoint is veRL's own,
 without the `lora_dropout` that the plugin's checkpoint patch records in a PRIME run (`test_prime_e2e`'s `first`).

@@ -551,10 +551,10 @@ def test_the_process_term_reaches_the_actor_with_the_paper_estimator(frozen_refe
 
 
 def assert_the_alarm_read_each_step(run: dict, process_gate: float | None) -> None:
-    """The alarm's wiring (`prime.prm_alarm`; when it must fire is pinned by the replays of tests/test_prm_alarm.py,
-    whatever a run's course): each step logged both alerts, the running z of the held-out ranking and the effective
-    weight, equal to what the alarm computes from the same step's logged inputs, and each episode of each alert
-    printed one warning."""
+    """The alarm's wiring (`prime.prm_alarm`; when it must fire is pinned by the replays of
+    tests/prime/test_prm_alarm.py, whatever a run's course): each step logged both alerts, the running z of the
+    held-out ranking and the effective weight, equal to what the alarm computes from the same step's logged inputs,
+    and each episode of each alert printed one warning."""
     alarm = PrmAlarm(process_gate=process_gate, threshold=0.01)
     for step in run["steps"]:
         signals = ProcessSignals(

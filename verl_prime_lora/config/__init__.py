@@ -9,7 +9,7 @@
 `run_config(config)` builds a process's one `RunConfig`: in the driver's check (`checks.config_checks.
 validate_prime_config` returns it), in the PRIME trainer's `__init__` (inside Ray, from the config the driver
 checked) and in the preflight; the PRM worker, the checks and the guards are handed it or its parts. No module
-outside this package reads a config key by name (tests/test_config_layer.py). Nothing here imports veRL, torch or
+outside this package reads a config key by name (tests/config/test_config_layer.py). Nothing here imports veRL, torch or
 Ray at module level.
 """
 

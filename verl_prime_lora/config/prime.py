@@ -12,8 +12,9 @@ the advantage estimators all read these objects instead of the raw config.
   hands the estimators `config.algorithm` as a DictConfig, so `algorithm.prime` reaches them as is;
   given veRL's `AlgoConfig` (which has no `prime` field) they get the defaults.
 
-The defaults are `recipe/prime_lora.yaml`'s values (tests/test_prime_config.py compares them). `config.prime_config`
-builds `PrimeConfig` from a composed config's view (`config.run_config`: once per process, for the whole run).
+The defaults are `recipe/prime_lora.yaml`'s values (tests/config/test_prime_config.py compares them).
+`config.prime_config` builds `PrimeConfig` from a composed config's view (`config.run_config`: once per process, for
+the whole run).
 
 They are `STRICT` sections of `config.section`, the mechanism the veRL view shares: dataclasses whose fields
 hold the defaults, read-only once built, converted from the node as veRL's `omega_conf_to_dataclass` converts (a

@@ -62,7 +62,8 @@ from verl_prime_lora.tools.tiny import build_model, build_tokenizer  # noqa: E40
 
 STAMP = ".chain_task.stamp"
 # One torch thread: the SFT runs beside other work (the e2e tier launches main_ppo on the other core), where two
-# threads wait on each other; the weights are the same bytes (benchmarks/warm_start_threads.py, docs/benchmarks.md).
+# threads wait on each other; the weights are the same bytes on one machine
+# (benchmarks/perf/results/warm_start_threads/, docs/benchmarks.md).
 NUM_THREADS = 1
 
 

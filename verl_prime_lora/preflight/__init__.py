@@ -33,7 +33,8 @@ Modules (the estimator is pure functions on bytes; each module's docstring state
 * `cli` (and `__main__`): the command line.
 
 These are planning numbers (a fit with under 5 % free is reported as tight). How close they came on an H200 with
-the seed's shapes: `benchmarks/results/gpu_memory_check.md` (`benchmarks/gpu_memory_check.py`).
+the seed's shapes: `benchmarks/perf/results/gpu_memory_check/gpu_memory_check.md`
+(`benchmarks/perf/gpu_memory_check.py`).
 """
 
 from verl_prime_lora.preflight.cli import main

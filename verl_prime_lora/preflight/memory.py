@@ -77,10 +77,10 @@ CUDA_CONTEXT_BYTES = GIB // 2  # per worker process (CUDA context + cuBLAS works
 VLLM_OVERHEAD_BYTES = 2 * GIB  # inside vLLM's share, not KV: profile-run activations, CUDA graphs, sampler
 VLLM_SLEEP_RESIDUE_BYTES = 2 * GIB  # a sleeping colocated vLLM (KV cache and weights released), rough
 # What PyTorch's caching allocator keeps of a worker that never empties its cache, over its resident states,
-# as a multiple of its largest estimated phase. Measured on an H200 (benchmarks/gpu_memory_check.py, results in
-# benchmarks/results/gpu_memory_check.md): after log-prob micro-batches of 4 and update micro-batches of 2
-# sequences of 4096 tokens, max_memory_reserved − resident = 1.88 × (LoRA actor) and 2.00 × (full PRM) the
-# estimated largest phase (default allocator; 1.40 × and 1.47 × with expandable_segments).
+# as a multiple of its largest estimated phase. Measured on an H200 (benchmarks/perf/gpu_memory_check.py, results in
+# benchmarks/perf/results/gpu_memory_check/gpu_memory_check.md): after log-prob micro-batches of 4 and update
+# micro-batches of 2 sequences of 4096 tokens, max_memory_reserved − resident = 1.88 × (LoRA actor) and 2.00 × (full
+# PRM) the estimated largest phase (default allocator; 1.40 × and 1.47 × with expandable_segments).
 ALLOCATOR_CACHE_FACTOR = 2.0
 
 

@@ -9,8 +9,8 @@ with the process rewards and the gate's weight, and keeps the rest as veRL has i
 * `preprocess_rewards`: veRL's 1. and 2.;
 * `write_back`: veRL's 4., the same fields under the same conditions.
 
-The canary of `verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_advantage` (tests/test_verl_canaries.py)
-fails when veRL changes that function; then compare it with this module.
+The canary of `verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_advantage`
+(tests/verl_surface/test_verl_canaries.py) fails when veRL changes that function; then compare it with this module.
 """
 
 from __future__ import annotations

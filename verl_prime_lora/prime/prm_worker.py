@@ -241,6 +241,6 @@ def assemble_captured_log_probs(captured: Any, lengths: list[int], width: int) -
     if missing:
         raise RuntimeError(
             f"PRM update: rows {missing[:8]} were not captured by the update's forward (veRL's TrainingWorker "
-            "may have changed: tests/test_verl_canaries.py names what to re-read)"
+            "may have changed: tests/verl_surface/test_verl_canaries.py names what to re-read)"
         )
     return out

@@ -11,7 +11,7 @@ its full key, its default and its meaning, the field's entry in its class's `Arg
 worker types with veRL's dataclasses: one row each, pointing to veRL's config.
 
 docs/configuration.md holds a copy between `<!-- config-reference:start -->` and `<!-- config-reference:end -->`;
-tests/test_config_reference.py fails when that copy and the dataclasses disagree. Imports neither veRL,
+tests/tools/test_config_reference.py fails when that copy and the dataclasses disagree. Imports neither veRL,
 torch nor Ray.
 """
 

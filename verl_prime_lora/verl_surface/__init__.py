@@ -3,9 +3,9 @@
 Each `Entry` names one function, method or class (`module:qualified.name`), says how the plugin touches it
 (`kinds`: patched at run time, overridden by the PRIME trainers, or relied on: its logic repeated, what it sets
 read, what it does counted on), where in the plugin, what to re-check when it changes, and the hash of its source as
-the pinned release has it. tests/test_verl_canaries.py recomputes every hash against the installed veRL (and the
-CPU set's vLLM) and checks that the manifest covers every name the two patch tables replace and every veRL method
-the PRIME trainers override; docs/development.md shows the manifest as a table
+the pinned release has it. tests/verl_surface/test_verl_canaries.py recomputes every hash against the installed veRL
+(and the CPU set's vLLM) and checks that the manifest covers every name the two patch tables replace and every veRL
+method the PRIME trainers override; docs/development.md shows the manifest as a table
 (`python -m verl_prime_lora.verl_surface --write docs/development.md`). A veRL upgrade starts from the entries
 whose hash changed. Imports neither veRL nor vLLM.
 """

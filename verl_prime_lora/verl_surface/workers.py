@@ -10,7 +10,7 @@ WORKERS = [
         "verl_prime_lora/plugin/patches.py: keep_untied_lm_head_in_root_unit (wraps it)",
         (
             "whether an untied lm_head is still picked as a unit of its own (if not, or if the fused forward now "
-            "gathers it, drop the patch: tests/test_gpu_path.py's untied-lm_head test tells)"
+            "gathers it, drop the patch: tests/checks/test_gpu_path.py's untied-lm_head test tells)"
         ),
     ),
     Entry(
@@ -27,7 +27,8 @@ WORKERS = [
         "verl_prime_lora/plugin/patches.py: install_run_unique_colocated_ipc (wraps it)",
         (
             "self.zmq_handle is still ipc:///tmp/rl-colocate-zmq-{job_id}-replica-{r}-rank-{k}.sock, named by the Ray"
-            " job id alone (if it is now unique per Ray cluster, drop patch 7: tests/test_colocated_ipc.py tells)"
+            " job id alone (if it is now unique per Ray cluster, drop patch 7: tests/plugin/test_colocated_ipc.py"
+            " tells)"
         ),
     ),
     Entry(

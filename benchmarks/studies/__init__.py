@@ -1,0 +1,2 @@
+"""The studies, one folder each: registration, plan, runs, analysis, README and the scripts only it uses (index:
+README.md)."""
