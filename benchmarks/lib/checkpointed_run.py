@@ -24,7 +24,7 @@ def run_folders(run: Path) -> tuple[Path, Path]:
         return run / "assets", run / "run"
     if (run / "hydra").is_dir() and (run.parent / "assets").is_dir():
         return run.parent / "assets", run
-    raise SystemExit(f"{run}: neither a demo's --out folder (assets/, run/) nor a run of benchmarks/learning.py")
+    raise SystemExit(f"{run}: neither a demo's --out folder (assets/, run/) nor a run of the learning study")
 
 
 def run_settings(run_dir: Path) -> dict:

@@ -13,10 +13,10 @@ Two claims, each tested against chance with a one-sided error probability `alpha
   different groups, so under chance their z are independent, and Stouffer's Z = Σ_s z_s / √S is ≈ N(0, 1)
   too: Z > z_{1−α} rejects chance at level α (`pooled_z`).
 
-Across seeds (benchmarks/learning.py), a quantity's mean comes with its 95 % Student-t interval (`mean_ci95`);
+Across seeds (the studies), a quantity's mean comes with its 95 % Student-t interval (`mean_ci95`);
 two arms compare by the Welch interval of their difference (`welch_ci95`) and a permutation test (`permutation_p`);
 shares of runs by Fisher's exact test (`fisher_exact_p`). The distributions and tests are scipy.stats' (the `lab`
-extra); Holm's adjustment of several p's is `study.adjusted`.
+extra); Holm's adjustment of several p's is `analysis.adjusted`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ test against chance:
     python -m benchmarks.studies.demo_assertions.learning_assertions RUN [RUN ...]
 
 A RUN is a demo's `metrics.jsonl` (`OUT/run/metrics.jsonl` of `python -m verl_prime_lora.demo`) or a
-`learning.json` of benchmarks/learning.py (its PRIME runs). Runs that lack a series are skipped for that
+`learning.json` of the learning study (its PRIME runs). Runs that lack a series are skipped for that
 assertion (runs recorded before `prm/ranking_z` existed have none). For each assertion it prints every run's
 statistic, their mean and standard deviation, and Φ((threshold − mean)/sd): the false-failure rate if the
 statistic is normal across runs of the same settings (a rough figure with few runs; it says how many

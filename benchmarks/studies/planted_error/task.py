@@ -183,7 +183,7 @@ def write_planted_assets(
 
 
 def write_assets(out: Path, task: dict) -> dict:
-    """The study's hook (`benchmarks/study.py`, a plan whose task names this module): `write_planted_assets` with
+    """The study's hook (`benchmarks/lib/study.py`, a plan whose task names this module): `write_planted_assets` with
     the plan's `min_ops`, `max_ops` and, when given, `planted_share`, `plus9_share`, `skill_acc`, `shortcut_share`."""
     keys = ("min_ops", "max_ops", "planted_share", "plus9_share", "skill_acc", "shortcut_share")
     return write_planted_assets(out, seed=0, **{key: task[key] for key in keys if key in task})
@@ -259,7 +259,7 @@ def other_accuracy(row: dict) -> float | None:
     return None if means is None or means[2] >= 1 else (means[0] - means[1]) / (1 - means[2])
 
 
-# What `benchmarks/study.py` reads from a run's logged steps (plan keys `endpoint_metric`, `secondary_metrics`).
+# What `benchmarks/lib/study.py` reads from a run's logged steps (plan keys `endpoint_metric`, `secondary_metrics`).
 METRICS = {
     "planted_error_rate": share_of(PLANTED_WRONG, PLUS9),  # +9 problems whose response writes x+9=x+8
     "plus9_written_rate": share_of(PLUS9_WRITTEN, PLUS9),  # +9 problems whose response writes a +9 step at all

@@ -3,8 +3,8 @@
     python -m verl_prime_lora.demo --out demo_out -- trainer.save_freq=5      # a demo run that keeps checkpoints
     python -m benchmarks.studies.prm_credit.measure demo_out [--out benchmarks/studies/prm_credit]
 
-A run of `benchmarks/learning.py` (`OUT/<label>_seed<N>`, with `-- trainer.save_freq=...`) reads the same way:
-its assets are `OUT/assets`.
+A run of the learning study, `benchmarks.studies.learning.run` (`OUT/<label>_seed<N>`, with
+`-- trainer.save_freq=...`), reads the same way: its assets are `OUT/assets`.
 
 For every saved step, and for step 0 (the PRM equal to its reference), responses to the RL test problems
 (`--samples` each, temperature 1) are scored by that step's PRM: by default each checkpoint's own policy samples
@@ -147,7 +147,7 @@ class Responses:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a demo's --out folder, or a run folder of benchmarks/learning.py")
+    parser.add_argument("run", type=Path, help="a demo's --out folder, or a run folder of the learning study")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/studies/prm_credit"))
     parser.add_argument(
         "--responses",
